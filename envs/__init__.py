@@ -1,0 +1,38 @@
+"""Isaac-style vectorized environments: batched torch tensors on one device.
+
+``envs.make(env_id, num_envs, device, seed)`` builds one; ``envs.list_envs()``
+lists the native ids. Adapters bring in gymnasium and torchrl envs and hand
+ours to torchrl. This package never imports ``mbpo``.
+"""
+
+from envs.base import ActionError, VecEnv, check_actions
+from envs.device import DeviceUnavailableError, resolve_device
+from envs.registry import UnknownEnvError, list_envs, make
+
+
+def to_torchrl(vec_env: VecEnv):  # noqa: ANN201 - torchrl is imported lazily
+    """Wrap one of our VecEnvs as a torchrl ``EnvBase`` (see envs.adapters.torchrl_env)."""
+    from envs.adapters.torchrl_env import to_torchrl as _to_torchrl
+
+    return _to_torchrl(vec_env)
+
+
+def from_torchrl(env, **kwargs) -> VecEnv:  # noqa: ANN001
+    """Bring a batched torchrl ``EnvBase`` in as a VecEnv (see envs.adapters.torchrl_env)."""
+    from envs.adapters.torchrl_env import from_torchrl as _from_torchrl
+
+    return _from_torchrl(env, **kwargs)
+
+
+__all__ = [
+    "ActionError",
+    "DeviceUnavailableError",
+    "UnknownEnvError",
+    "VecEnv",
+    "check_actions",
+    "from_torchrl",
+    "list_envs",
+    "make",
+    "resolve_device",
+    "to_torchrl",
+]

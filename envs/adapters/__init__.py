@@ -1,0 +1,1 @@
+"""Adapters between our VecEnv contract and gymnasium / torchrl (later rsl_rl)."""

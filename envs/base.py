@@ -1,0 +1,157 @@
+"""The VecEnv contract: Isaac-style batched environments on one torch device.
+
+Everything the trainer touches is a batched torch tensor on ``env.device``:
+
+* ``reset(seed=None) -> obs``: ``(num_envs, obs_dim)`` float32.
+* ``step(actions) -> (obs, reward, terminated, truncated, info)``:
+  ``reward`` float32 ``(num_envs,)``; ``terminated``/``truncated`` bool ``(num_envs,)``.
+* Auto-reset is same-step: for a finished env, ``obs`` is already the first
+  observation of its next episode and ``info["final_obs"]`` holds the true last
+  observation. Our envs fill every row of ``final_obs`` (for unfinished envs it
+  equals ``obs``); callers must only rely on the rows of finished envs.
+* ``terminated`` (a true terminal state: do not bootstrap) is separate from
+  ``truncated`` (time limit: bootstrap). Both can be true on the same step.
+* ``episode_steps``: per-env step counter of the running episode, int64.
+
+Actions: continuous spaces take float32 ``(num_envs, act_dim)``; discrete
+spaces take int64 ``(num_envs,)``. Both on ``env.device``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs"]
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+class ActionError(ValueError):
+    """Actions handed to ``step`` do not match the env's action contract."""
+
+
+class VecEnv(ABC):
+    """A batch of ``num_envs`` copies of one task, stepped together on ``device``."""
+
+    num_envs: int
+    """Number of environments stepped together (the batch dimension)."""
+    device: torch.device
+    """Where every tensor going in and out of the env lives."""
+    observation_space: gym.spaces.Box
+    """Space of ONE env's observation (gymnasium convention, no batch dim)."""
+    action_space: gym.spaces.Space
+    """Space of ONE env's action: ``Box`` (continuous) or ``Discrete``."""
+    max_episode_steps: int | None
+    """Time limit after which an episode is truncated; None if unlimited."""
+    episode_steps: torch.Tensor
+    """Steps taken in each env's current episode, int64 ``(num_envs,)``."""
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env; with ``seed``, re-seed first. Returns the observations."""
+
+    @abstractmethod
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Advance every env one step, auto-resetting the ones that finish."""
+
+    def close(self) -> None:
+        """Release resources (subprocesses, simulators). Safe to call twice."""
+
+    # Derived facts every consumer asks for; computed from the spaces.
+    @property
+    def obs_dim(self) -> int:
+        return int(np.prod(self.observation_space.shape))
+
+    @property
+    def is_discrete(self) -> bool:
+        return isinstance(self.action_space, gym.spaces.Discrete)
+
+    @property
+    def act_dim(self) -> int:
+        """Action width: ``n`` choices for a discrete env, the vector size otherwise."""
+        if self.is_discrete:
+            return int(self.action_space.n)
+        return int(np.prod(self.action_space.shape))
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, "
+            f"obs_dim={self.obs_dim}, action_space={self.action_space})"
+        )
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """Reject a batch size that is not a positive integer."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
+        raise TypeError(f"num_envs must be an int >= 1, got {num_envs!r} ({type(num_envs).__name__})")
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return int(num_envs)
+
+
+def check_actions(
+    actions: Any,
+    action_space: gym.spaces.Space,
+    num_envs: int,
+    device: torch.device,
+    check_values: bool = True,
+) -> None:
+    """Raise :class:`ActionError` naming what is wrong with ``actions``.
+
+    Shape, dtype and device checks read only metadata. ``check_values`` adds the
+    NaN / out-of-range check, which reads the data back and so synchronises with
+    a GPU: envs let a caller turn it off on their hot path.
+    """
+    if not isinstance(actions, torch.Tensor):
+        raise ActionError(
+            f"actions must be a torch.Tensor on {device}, got {type(actions).__name__}"
+        )
+    if actions.device != device:
+        raise ActionError(
+            f"actions are on {actions.device} but the env is on {device}; "
+            f"move them with actions.to('{device}')"
+        )
+    if isinstance(action_space, gym.spaces.Discrete):
+        if actions.dtype != torch.int64:
+            raise ActionError(
+                f"discrete actions must be int64 of shape ({num_envs},), got {actions.dtype}"
+            )
+        if tuple(actions.shape) != (num_envs,):
+            raise ActionError(
+                f"discrete actions must have shape ({num_envs},) (one index per env), "
+                f"got {tuple(actions.shape)}"
+            )
+        if check_values:
+            low, n = int(action_space.start), int(action_space.n)
+            bad = (actions < low) | (actions >= low + n)
+            if bool(bad.any()):
+                idx = int(bad.nonzero()[0, 0])
+                raise ActionError(
+                    f"discrete action {int(actions[idx])} at env {idx} is out of range; "
+                    f"expected an integer in [{low}, {low + n - 1}]"
+                )
+        return
+    expected = (num_envs, *action_space.shape)
+    if actions.dtype != torch.float32:
+        raise ActionError(f"continuous actions must be float32 of shape {expected}, got {actions.dtype}")
+    if tuple(actions.shape) != expected:
+        raise ActionError(f"continuous actions must have shape {expected}, got {tuple(actions.shape)}")
+    if check_values:
+        bad = ~torch.isfinite(actions)
+        if bool(bad.any()):
+            idx = int(bad.nonzero()[0, 0])
+            raise ActionError(
+                f"action for env {idx} is not finite ({actions[idx].tolist()}); "
+                "the policy produced NaN or inf"
+            )

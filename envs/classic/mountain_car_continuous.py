@@ -1,0 +1,61 @@
+"""MountainCarContinuous-v0 as batched torch.
+
+Like gymnasium, the force is the action clipped to [-1, 1] while the energy
+penalty uses the action as given (unclipped).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.classic.core import ClassicTask
+
+MIN_ACTION = -1.0
+MAX_ACTION = 1.0
+MIN_POSITION = -1.2
+MAX_POSITION = 0.6
+MAX_SPEED = 0.07
+GOAL_POSITION = 0.45
+GOAL_VELOCITY = 0.0
+POWER = 0.0015
+
+
+def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """position ~ U(-0.6, -0.4), velocity 0, as gymnasium's reset."""
+    position = torch.rand(n, generator=generator, device=device) * 0.2 - 0.6
+    return torch.stack((position, torch.zeros_like(position)), dim=-1)
+
+
+def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    position, velocity = state.unbind(-1)
+    raw = action[:, 0]
+    force = raw.clamp(MIN_ACTION, MAX_ACTION)
+    velocity = velocity + force * POWER - 0.0025 * torch.cos(3 * position)
+    velocity = velocity.clamp(-MAX_SPEED, MAX_SPEED)
+    position = (position + velocity).clamp(MIN_POSITION, MAX_POSITION)
+    velocity = torch.where((position == MIN_POSITION) & (velocity < 0), torch.zeros_like(velocity), velocity)
+    terminated = (position >= GOAL_POSITION) & (velocity >= GOAL_VELOCITY)
+    reward = terminated.to(state.dtype) * 100.0 - raw**2 * 0.1
+    return torch.stack((position, velocity), dim=-1), reward, terminated
+
+
+def observe(state: torch.Tensor) -> torch.Tensor:
+    return state
+
+
+MOUNTAIN_CAR_CONTINUOUS = ClassicTask(
+    env_id="MountainCarContinuous-v0",
+    state_dim=2,
+    observation_space=gym.spaces.Box(
+        np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
+        np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
+        dtype=np.float32,
+    ),
+    action_space=gym.spaces.Box(MIN_ACTION, MAX_ACTION, shape=(1,), dtype=np.float32),
+    max_episode_steps=999,
+    initial_state=initial_state,
+    dynamics=dynamics,
+    observe=observe,
+)

@@ -1,0 +1,56 @@
+"""Pendulum-v1 as batched torch: gymnasium's dynamics, reward and reset, per env."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.classic.core import ClassicTask
+
+MAX_SPEED = 8.0
+MAX_TORQUE = 2.0
+DT = 0.05
+G = 10.0
+M = 1.0
+L = 1.0
+
+
+def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), as gymnasium's reset."""
+    high = torch.tensor([math.pi, 1.0], device=device)
+    return (torch.rand(n, 2, generator=generator, device=device) * 2.0 - 1.0) * high
+
+
+def angle_normalize(x: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
+
+
+def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    th, thdot = state.unbind(-1)
+    u = action[:, 0].clamp(-MAX_TORQUE, MAX_TORQUE)
+    costs = angle_normalize(th) ** 2 + 0.1 * thdot**2 + 0.001 * u**2
+    newthdot = thdot + (3 * G / (2 * L) * torch.sin(th) + 3.0 / (M * L**2) * u) * DT
+    newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED)
+    newth = th + newthdot * DT
+    return torch.stack((newth, newthdot), dim=-1), -costs, torch.zeros_like(th, dtype=torch.bool)
+
+
+def observe(state: torch.Tensor) -> torch.Tensor:
+    th, thdot = state.unbind(-1)
+    return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=-1)
+
+
+_high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
+PENDULUM = ClassicTask(
+    env_id="Pendulum-v1",
+    state_dim=2,
+    observation_space=gym.spaces.Box(-_high, _high, dtype=np.float32),
+    action_space=gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, shape=(1,), dtype=np.float32),
+    max_episode_steps=200,
+    initial_state=initial_state,
+    dynamics=dynamics,
+    observe=observe,
+)

@@ -1,0 +1,58 @@
+"""Turn a user's device string into a ``torch.device`` that really exists here.
+
+Every env takes a device *string* (``"cpu"``, ``"cuda"``, ``"cuda:N"``) so that
+nothing device-like ever has to cross a process boundary as an object, and
+asking for a GPU that is not there fails at construction with a clear message
+instead of a CUDA error deep inside the first step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["resolve_device", "DeviceUnavailableError"]
+
+
+class DeviceUnavailableError(RuntimeError):
+    """A device was requested that this machine does not have."""
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """Parse ``device`` and check that it exists on this machine.
+
+    ``"cuda"`` resolves to the current CUDA device (``cuda:0`` unless changed),
+    so the returned device always carries an index for CUDA and can be compared
+    with ``==`` against a tensor's ``.device``.
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device)
+        except RuntimeError as exc:
+            raise ValueError(
+                f"device={device!r} is not a device string; expected 'cpu', 'cuda' or 'cuda:N'"
+            ) from exc
+    else:
+        raise TypeError(
+            f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}"
+        )
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type == "meta":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device={str(dev)!r} is not supported; expected 'cpu', 'cuda' or 'cuda:N'")
+    if not torch.cuda.is_available():
+        raise DeviceUnavailableError(
+            f"device={str(dev)!r} was requested but this machine has no usable CUDA GPU "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use device='cpu'"
+        )
+    count = torch.cuda.device_count()
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if index >= count:
+        raise DeviceUnavailableError(
+            f"device={str(dev)!r} was requested but this machine has {count} CUDA device(s) "
+            f"(cuda:0..cuda:{count - 1}); pick one of those or set CUDA_VISIBLE_DEVICES"
+        )
+    return torch.device("cuda", index)

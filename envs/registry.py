@@ -1,0 +1,63 @@
+"""``envs.make``: native torch envs first, any other gymnasium id through the adapter."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from envs.base import VecEnv, check_num_envs
+from envs.classic import TASKS, ClassicVecEnv
+from envs.device import resolve_device
+
+__all__ = ["make", "list_envs", "UnknownEnvError"]
+
+
+class UnknownEnvError(KeyError):
+    """No native env and no gymnasium registration has this id."""
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes
+        return str(self.args[0])
+
+
+def list_envs(include_gymnasium: bool = False) -> list[str]:
+    """Ids ``make`` accepts: the native torch envs, optionally every gymnasium id too."""
+    ids = sorted(TASKS)
+    if include_gymnasium:
+        ids += sorted(set(gym.registry) - set(TASKS))
+    return ids
+
+
+def make(
+    env_id: str,
+    num_envs: int,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> VecEnv:
+    """Build ``num_envs`` copies of ``env_id`` whose tensors live on ``device``.
+
+    Native ids (``list_envs()``) give a pure-torch env that runs on ``device``;
+    ``kwargs`` go to it (``validate_actions``, ``compile``). Any other registered
+    gymnasium id (MuJoCo included) runs on CPU through gymnasium's vector envs
+    and hands its tensors over on ``device``; ``kwargs`` go to ``gym.make``
+    except ``vectorization_mode`` and ``validate_actions``.
+    """
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a string such as 'Pendulum-v1', got {type(env_id).__name__}")
+    num_envs = check_num_envs(num_envs)
+    device = resolve_device(device)
+    if env_id in TASKS:
+        return ClassicVecEnv(TASKS[env_id], num_envs, device=device, seed=seed, **kwargs)
+    if env_id in gym.registry:
+        from envs.adapters.gymnasium_vector import GymnasiumVecEnv
+
+        return GymnasiumVecEnv.from_id(env_id, num_envs, device=device, seed=seed, **kwargs)
+    close = difflib.get_close_matches(env_id, list_envs(include_gymnasium=True), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UnknownEnvError(
+        f"unknown env id {env_id!r}: it is neither a native env ({', '.join(list_envs())}) "
+        f"nor a registered gymnasium id.{hint}"
+    )
