@@ -20,6 +20,8 @@ class DeviceUnavailableError(RuntimeError):
 def resolve_device(device: str | torch.device) -> torch.device:
     """Parse ``device`` and check that it exists on this machine.
 
+    ``"auto"`` means ``cuda`` when a GPU is usable, else ``cpu``.
+
     ``"cuda"`` resolves to the current CUDA device (``cuda:0`` unless changed),
     so the returned device always carries an index for CUDA and can be compared
     with ``==`` against a tensor's ``.device``.
@@ -27,11 +29,13 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if isinstance(device, torch.device):
         dev = device
     elif isinstance(device, str):
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             dev = torch.device(device)
         except RuntimeError as exc:
             raise ValueError(
-                f"device={device!r} is not a device string; expected 'cpu', 'cuda' or 'cuda:N'"
+                f"device={device!r} is not a device string; expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
             ) from exc
     else:
         raise TypeError(

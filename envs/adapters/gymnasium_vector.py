@@ -1,0 +1,216 @@
+"""Any gymnasium 1.x vector env (MuJoCo included) as one of our VecEnvs.
+
+The simulation always runs on CPU in numpy (gymnasium has no other backend);
+only the tensors handed out and taken in live on ``device``. That lets a MuJoCo
+env feed a learner on ``cuda`` directly, at the price of one host<->device copy
+per step in each direction.
+
+Our contract wants same-step auto-reset, and gymnasium 1.x has three autoreset
+modes (``vector_env.metadata["autoreset_mode"]``):
+
+* ``DISABLED`` (what :meth:`GymnasiumVecEnv.from_id` builds): the vector env
+  never resets by itself; after a step in which some envs finished we reset just
+  those with ``reset(options={"reset_mask": done})``. The step's observation is
+  then exactly the true final observation, with no object arrays to unpack.
+* ``SAME_STEP``: gymnasium already resets inside ``step``; the true last
+  observations come in ``info["final_obs"]`` (object array, mask ``"_final_obs"``).
+* ``NEXT_STEP`` (gymnasium's default) returns the final observation and resets
+  on the *following* call, which cannot be turned into same-step semantics, so
+  it is rejected with an explanation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from envs.base import StepResult, VecEnv, check_actions, check_num_envs
+from envs.device import resolve_device
+
+__all__ = ["GymnasiumVecEnv"]
+
+_VECTORIZATION_MODES = ("sync", "async")
+
+
+class GymnasiumVecEnv(VecEnv):
+    """Wrap ``vector_env`` (simulated on CPU) so its tensors live on ``device``."""
+
+    def __init__(
+        self,
+        vector_env: gym.vector.VectorEnv,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        validate_actions: bool = True,
+    ) -> None:
+        if not isinstance(vector_env, gym.vector.VectorEnv):
+            raise TypeError(
+                f"vector_env must be a gymnasium.vector.VectorEnv (e.g. from gym.make_vec), "
+                f"got {type(vector_env).__name__}"
+            )
+        self._autoreset_mode = _autoreset_mode(vector_env)
+        self.observation_space = _observation_space(vector_env.single_observation_space)
+        self.action_space = _action_space(vector_env.single_action_space)
+        self.vector_env = vector_env
+        self.num_envs = check_num_envs(vector_env.num_envs)
+        self.device = resolve_device(device)
+        self.validate_actions = validate_actions
+        spec = vector_env.spec
+        self.spec_id = spec.id if spec is not None else None
+        self.max_episode_steps = _max_episode_steps(spec)
+        self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._pending_seed = seed
+        self._started = False
+        self._closed = False
+
+    @classmethod
+    def from_id(
+        cls,
+        env_id: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        vectorization_mode: str = "sync",
+        validate_actions: bool = True,
+        **env_kwargs: Any,
+    ) -> GymnasiumVecEnv:
+        """Build ``num_envs`` copies of gymnasium id ``env_id``; ``env_kwargs`` go to ``gym.make``.
+
+        ``vectorization_mode="async"`` runs each copy in its own subprocess.
+        """
+        num_envs = check_num_envs(num_envs)
+        device = resolve_device(device)  # fail before spawning any simulator
+        if vectorization_mode not in _VECTORIZATION_MODES:
+            raise ValueError(
+                f"vectorization_mode={vectorization_mode!r} is not supported; expected one of "
+                f"{_VECTORIZATION_MODES}"
+            )
+        vector_env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vectorization_mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+            **env_kwargs,
+        )
+        try:
+            return cls(vector_env, device=device, seed=seed, validate_actions=validate_actions)
+        except Exception:
+            vector_env.close()
+            raise
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset all envs; seed ``s`` seeds env ``i`` with ``s + i`` (gymnasium's rule)."""
+        self._check_open()
+        if seed is None:  # the constructor's seed applies to the first reset only
+            seed, self._pending_seed = self._pending_seed, None
+        else:
+            self._pending_seed = None
+        obs, _ = self.vector_env.reset(seed=None if seed is None else int(seed))
+        self.episode_steps.zero_()
+        self._started = True
+        return self._to_device(obs)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self._check_open()
+        if not self._started:
+            raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'}: call reset() before step()")
+        check_actions(actions, self.action_space, self.num_envs, self.device, self.validate_actions)
+        np_actions = actions.detach().cpu().numpy().astype(self.action_space.dtype, copy=False)
+        obs, reward, terminated, truncated, info = self.vector_env.step(np_actions)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool)
+        done = terminated | truncated
+        obs = np.array(obs, dtype=np.float32)  # always a copy: gym may reuse its buffers
+        final_obs = obs.copy()
+        if done.any():
+            if self._autoreset_mode is AutoresetMode.DISABLED:
+                new_obs, _ = self.vector_env.reset(options={"reset_mask": done.copy()})
+                obs = np.array(new_obs, dtype=np.float32)
+            else:  # SAME_STEP: obs is already the next episode's first observation
+                mask = np.asarray(info.get("_final_obs", done), dtype=bool)
+                for i in np.flatnonzero(mask):
+                    final_obs[i] = np.asarray(info["final_obs"][i], dtype=np.float32)
+        steps = self.episode_steps + 1
+        done_t = self._to_device(done)
+        self.episode_steps = torch.where(done_t, torch.zeros_like(steps), steps)
+        return (
+            self._to_device(obs),
+            self._to_device(np.asarray(reward, dtype=np.float32)),
+            self._to_device(terminated),
+            self._to_device(truncated),
+            {"final_obs": self._to_device(final_obs)},
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.vector_env.close()
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        if array.dtype != np.bool_:
+            array = np.asarray(array, dtype=np.float32)
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'} is closed")
+
+
+def _autoreset_mode(vector_env: gym.vector.VectorEnv) -> AutoresetMode:
+    """The vector env's autoreset mode, or a clear error if we cannot honour it."""
+    mode = vector_env.metadata.get("autoreset_mode")
+    try:
+        mode = AutoresetMode(mode) if isinstance(mode, str) else mode
+    except ValueError:
+        pass
+    if mode in (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED):
+        return mode
+    how = (
+        "build it with gym.make_vec(env_id, num_envs, vector_kwargs={'autoreset_mode': "
+        "gymnasium.vector.AutoresetMode.SAME_STEP}) (or AutoresetMode.DISABLED), "
+        "or use GymnasiumVecEnv.from_id"
+    )
+    if mode is AutoresetMode.NEXT_STEP:
+        raise ValueError(
+            "the vector env uses AutoresetMode.NEXT_STEP (gymnasium's default), which resets a "
+            "finished env one step late and cannot give our same-step auto-reset; " + how
+        )
+    raise ValueError(
+        f"the vector env declares metadata['autoreset_mode']={mode!r}; expected "
+        f"AutoresetMode.SAME_STEP or AutoresetMode.DISABLED: {how}"
+    )
+
+
+def _observation_space(space: gym.spaces.Space) -> gym.spaces.Box:
+    """The single-env observation space as a float32 Box, since obs are handed out as float32."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise TypeError(
+            f"only 1-D Box observation spaces are supported, got {space}; "
+            "flatten it first (e.g. gymnasium.wrappers.FlattenObservation via make_vec's wrappers=)"
+        )
+    if space.dtype == np.float32:
+        return space
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    return gym.spaces.Box(low, high, shape=space.shape, dtype=np.float32)
+
+
+def _action_space(space: gym.spaces.Space) -> gym.spaces.Space:
+    """Accept the action spaces our contract can express: 1-D Box and Discrete."""
+    if isinstance(space, gym.spaces.Discrete):
+        return space
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return space
+    raise TypeError(
+        f"only 1-D Box (continuous) or Discrete action spaces are supported, got {space}"
+    )
+
+
+def _max_episode_steps(spec: gym.envs.registration.EnvSpec | None) -> int | None:
+    """The time limit the sub-envs really run under: a ``make`` override wins over the spec."""
+    if spec is None:
+        return None
+    limit = spec.kwargs.get("max_episode_steps", spec.max_episode_steps)
+    return None if limit is None or limit < 0 else int(limit)

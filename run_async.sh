@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Train on the default config (installs the project into .venv on first use).
+#   ./run_async.sh [--debug] [args passed to `python -m mbpo`]
+# --debug sets CUDA_LAUNCH_BLOCKING=1 and TORCH_USE_CUDA_DSA=1 before Python starts.
+# run_async_test.sh sources this file for ensure_venv.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="$ROOT/.venv"
+
+# ensure_venv EXTRAS: create .venv and `pip install -e .[EXTRAS]` unless the
+# same install (pyproject.toml + extras + interpreter) is already there.
+ensure_venv() {
+  local extras="${1:-}" py="${PYTHON:-python3}" spec="." stamp want
+  [[ -n "$extras" ]] && spec=".[$extras]"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    "$py" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"' || {
+      echo "[setup] $py is too old or missing; set PYTHON=/path/to/python3.10+" >&2; return 1; }
+    echo "[setup] creating $VENV with $("$py" --version)"
+    "$py" -m venv "$VENV"
+  fi
+  want="$( (cat "$ROOT/pyproject.toml"; echo "$extras"; "$VENV/bin/python" --version) | sha256sum | cut -d' ' -f1)"
+  stamp="$VENV/.mbpo-install-${extras:-base}"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  echo "[setup] installing mbpo$([[ -n "$extras" ]] && echo "[$extras]") into $VENV (first use or pyproject.toml changed)"
+  (cd "$ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$spec")
+  echo "$want" > "$stamp"
+}
+
+main() {
+  local args=()
+  for a in "$@"; do
+    if [[ "$a" == "--debug" ]]; then
+      export CUDA_LAUNCH_BLOCKING=1 TORCH_USE_CUDA_DSA=1 MBPO_DEBUG=1
+    fi
+    args+=("$a")
+  done
+  ensure_venv
+  cd "$ROOT"
+  exec "$VENV/bin/python" -m mbpo "${args[@]}"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi

@@ -1,0 +1,64 @@
+"""The staged smoke checks and the CLI's random rollout behave as documented."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mbpo import cli, smoke
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_smoke_stages_print_in_order_and_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    assert smoke.main(["--device", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[Test] Starting simple async test with device: cpu"
+    assert out[1] == "[Test] Environment created: obs_dim=3, act_dim=1"
+    assert out[2] == "[Test 1] Basic environment interaction..."
+    assert "  Step 0: obs shape=(4, 3), rewards shape=(4,)" in out
+    assert out[-1] == "[Test] All tests completed successfully!"
+
+
+def test_first_failing_stage_stops_with_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran: list[str] = []
+
+    def broken(env: object) -> None:
+        raise RuntimeError("boom from stage 1")
+
+    monkeypatch.setattr(smoke, "STAGES", [("Broken", broken), ("Never", lambda env: ran.append("x"))])
+    assert smoke.main(["--device", "cpu"]) == 1
+    captured = capsys.readouterr()
+    assert "[Test 1] Error: boom from stage 1" in captured.out
+    assert "Traceback (most recent call last)" in captured.err and "boom from stage 1" in captured.err
+    assert ran == [] and "All tests completed" not in captured.out
+
+
+def test_smoke_runs_a_discrete_env(capsys: pytest.CaptureFixture[str]) -> None:
+    assert smoke.main(["--device", "cpu", "--env", "CartPole-v1"]) == 0
+    assert "obs_dim=4, act_dim=2" in capsys.readouterr().out
+
+
+def test_default_command_is_a_labelled_random_rollout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["rollout", "--num-envs", "8", "--steps", "250", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert "RANDOM-POLICY rollout" in captured.err
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    assert result["env_id"] == "Pendulum-v1" and result["env_steps"] == 2000
+    assert result["episodes"] == 8  # every env truncates once at step 200
+    assert -2000 < result["mean_return"] < 0
+
+
+def test_cli_without_a_command_defaults_to_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_rollout(*args: object) -> dict[str, int]:
+        seen["args"] = args
+        return {"ok": 1}
+
+    monkeypatch.setattr(cli, "rollout", fake_rollout)
+    assert cli.main(["--debug"]) == 0
+    assert seen["args"][0] == "Pendulum-v1"
