@@ -134,8 +134,9 @@ def check_actions(
             )
         if check_values:
             low, n = int(action_space.start), int(action_space.n)
-            bad = (actions < low) | (actions >= low + n)
-            if bool(bad.any()):
+            lo, hi = torch.aminmax(actions)  # one reduction, one sync
+            if int(lo) < low or int(hi) >= low + n:
+                bad = (actions < low) | (actions >= low + n)
                 idx = int(bad.nonzero()[0, 0])
                 raise ActionError(
                     f"discrete action {int(actions[idx])} at env {idx} is out of range; "
@@ -148,9 +149,8 @@ def check_actions(
     if tuple(actions.shape) != expected:
         raise ActionError(f"continuous actions must have shape {expected}, got {tuple(actions.shape)}")
     if check_values:
-        bad = ~torch.isfinite(actions)
-        if bool(bad.any()):
-            idx = int(bad.nonzero()[0, 0])
+        if not bool(torch.isfinite(actions).all()):
+            idx = int((~torch.isfinite(actions)).nonzero()[0, 0])
             raise ActionError(
                 f"action for env {idx} is not finite ({actions[idx].tolist()}); "
                 "the policy produced NaN or inf"
