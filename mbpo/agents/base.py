@@ -1,0 +1,49 @@
+"""The Agent protocol every learner (SAC, DQN) implements.
+
+The learner lives on the plan's device; acting happens on a CPU replica so
+collectors never touch the learner's device. Weights flow one way: the
+learner's :meth:`Agent.snapshot` (CPU tensors only, never CUDA, never a
+``torch.device``) is what collectors and checkpoints receive.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from tensordict import TensorDictBase
+
+__all__ = ["Agent"]
+
+
+@runtime_checkable
+class Agent(Protocol):
+    device: torch.device
+    """Where the learner's networks, optimizers and update live."""
+    num_updates: int
+    """Gradient updates applied so far (skipped non-finite steps not included); starts at 0."""
+    num_skipped_updates: int
+    """Updates whose loss was non-finite and so never reached an optimizer step."""
+
+    def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """Actions for CPU ``obs`` ``(N, obs_dim)`` from the CPU replica, on CPU.
+
+        ``explore=True`` samples (SAC) or is epsilon-greedy (DQN); ``False`` is
+        the deterministic policy used for evaluation. Continuous actions are in
+        the env's action bounds, float32 ``(N, act_dim)``; discrete int64 ``(N,)``.
+        """
+
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
+        """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """Publishable CPU state: actor, critics, target nets, epsilon, num_updates."""
+
+    def load_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Load a snapshot; optimizer state is reset so it is consistent with the loaded weights."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: the snapshot plus optimizer states and counters."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""

@@ -1,0 +1,278 @@
+"""Run configuration: a typed dataclass schema, YAML files and dotted ``key=value`` overrides.
+
+OmegaConf structured configs do the parsing: an unknown key or a value of the
+wrong type is rejected before anything runs. Ranges and choices are checked
+here on top. Every field's docstring (the string literal under it) is its help
+text: ``python -m mbpo train --help-config`` prints them.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = ["Config", "ConfigError", "load_config", "to_yaml", "describe"]
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown key, a wrong type or an out-of-range value."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "Pendulum-v1"
+    """Env id: a native torch env (envs.list_envs()) or any gymnasium id."""
+    num_envs: int = 1
+    """Envs stepped together by the training env (the vector batch size)."""
+
+
+@dataclass
+class SACConfig:
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the actor and of each critic."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the twin critics."""
+    alpha_lr: float = 3e-4
+    """Adam learning rate of log(alpha), the entropy temperature."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature alpha."""
+    target_entropy: Optional[float] = None
+    """Entropy target in nats; null means -act_dim (the SAC paper's heuristic)."""
+    gamma: float = 0.99
+    """Discount factor per env step."""
+    tau: float = 0.005
+    """Polyak rate of the target critics per update (1.0 = hard copy)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip per network; 0 disables clipping."""
+    precision: str = "fp32"
+    """fp32, or bf16 autocast for the update (only where the hardware supports it)."""
+
+
+@dataclass
+class DQNConfig:
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the Q-network."""
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor per env step."""
+    double: bool = True
+    """Double DQN: the online net picks the next action, the target net values it."""
+    target_update_interval: int = 500
+    """Updates between hard copies of the online net into the target net."""
+    epsilon_start: float = 1.0
+    """Exploration epsilon at update 0."""
+    epsilon_end: float = 0.05
+    """Exploration epsilon after the decay."""
+    epsilon_decay_updates: int = 10_000
+    """Updates over which epsilon decays linearly (on the learner, published with the weights)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip; 0 disables clipping."""
+
+
+@dataclass
+class AgentConfig:
+    name: str = "sac"
+    """Learner: sac (continuous actions) or dqn (discrete actions)."""
+    batch_size: int = 256
+    """Transitions per gradient update."""
+    utd_ratio: float = 1.0
+    """Gradient updates per collected env transition (a vector step of N envs gives N * utd_ratio)."""
+    learning_starts: int = 1000
+    """Env transitions collected with random actions before the first update."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity in transitions."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC hyperparameters (used when name=sac)."""
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """DQN hyperparameters (used when name=dqn)."""
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10_000
+    """Env transitions between checkpoints (a final one is always written)."""
+    keep: int = 3
+    """How many of the newest checkpoints to keep on disk."""
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    """Seed of every RNG (python, numpy, torch, envs, replay sampling)."""
+    device: str = "auto"
+    """Device of env, learner and buffers: auto (cuda if available), cpu, cuda or cuda:N."""
+    total_env_steps: int = 20_000
+    """Env transitions to collect in total (summed over num_envs)."""
+    eval_every: int = 1_000
+    """Env transitions between evaluations of the deterministic policy."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, run on a separate env instance."""
+    run_dir: Optional[str] = None
+    """Where the run writes config.yaml, metrics.csv and checkpoints; null = runs/<env>-<agent>-<time>."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The training env (evaluation builds a separate one of the same id)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The learner."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "agent.name": ("sac", "dqn"),
+    "agent.sac.precision": ("fp32", "bf16"),
+}
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# key -> (low, high, low inclusive); None = unbounded on that side.
+_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "total_env_steps": (1, None, True),
+    "eval_every": (1, None, True),
+    "eval_episodes": (1, None, True),
+    "env.num_envs": (1, None, True),
+    "agent.batch_size": (1, None, True),
+    "agent.utd_ratio": (0, None, False),
+    "agent.learning_starts": (0, None, True),
+    "agent.buffer_size": (1, None, True),
+    "agent.sac.actor_lr": (0, None, False),
+    "agent.sac.critic_lr": (0, None, False),
+    "agent.sac.alpha_lr": (0, None, False),
+    "agent.sac.init_alpha": (0, None, False),
+    "agent.sac.gamma": (0, 1, True),
+    "agent.sac.tau": (0, 1, False),
+    "agent.sac.max_grad_norm": (0, None, True),
+    "agent.dqn.lr": (0, None, False),
+    "agent.dqn.gamma": (0, 1, True),
+    "agent.dqn.target_update_interval": (1, None, True),
+    "agent.dqn.epsilon_start": (0, 1, True),
+    "agent.dqn.epsilon_end": (0, 1, True),
+    "agent.dqn.epsilon_decay_updates": (1, None, True),
+    "agent.dqn.max_grad_norm": (0, None, True),
+    "checkpoint.every": (1, None, True),
+    "checkpoint.keep": (1, None, True),
+}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Schema defaults, then the YAML file, then ``key=value`` overrides; validated."""
+    try:
+        cfg: DictConfig = OmegaConf.structured(Config)
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise ConfigError(f"config file {str(path)!r} does not exist")
+            cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
+        for item in overrides or []:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_explain(exc)) from None
+    config: Config = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    _validate(config)
+    return config
+
+
+def to_yaml(config: Config) -> str:
+    """The fully resolved config, as written to ``run_dir/config.yaml``."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def _get(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _validate(config: Config) -> None:
+    for key, allowed in _CHOICES.items():
+        if _get(config, key) not in allowed:
+            raise ConfigError(f"{key}={_get(config, key)!r} is not allowed; expected one of {', '.join(allowed)}")
+    if not _DEVICE.match(config.device):
+        raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
+    for key, (low, high, low_inclusive) in _RANGES.items():
+        value = _get(config, key)
+        too_low = low is not None and (value < low if low_inclusive else value <= low)
+        too_high = high is not None and value > high
+        if too_low or too_high:
+            lo = "-inf" if low is None else low
+            hi = "inf" if high is None else high
+            raise ConfigError(
+                f"{key}={value!r} is out of range; expected a value in {'[' if low_inclusive else '('}{lo}, {hi}]"
+            )
+    for key in ("agent.sac.hidden_sizes", "agent.dqn.hidden_sizes"):
+        sizes = _get(config, key)
+        if not sizes or any(s < 1 for s in sizes):
+            raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
+
+
+def _explain(exc: OmegaConfBaseException) -> str:
+    """OmegaConf's message, reduced to what was wrong and what is expected."""
+    key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+    msg = str(exc).split("\n")[0]
+    if type(exc).__name__ == "ConfigKeyError" or "not in struct" in msg:
+        parent = key.rsplit(".", 1)[0] if key and "." in key else None
+        known = sorted(_fields_at(parent))
+        return f"unknown config key {key!r}; known keys{' under ' + parent if parent else ''}: {', '.join(known)}"
+    if type(exc).__name__ == "ValidationError":
+        return f"config key {key!r}: {msg}"
+    return f"config error at {key!r}: {msg}" if key else f"config error: {msg}"
+
+
+def _fields_at(dotted: str | None) -> list[str]:
+    cls: Any = Config
+    for part in (dotted.split(".") if dotted else []):
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        cls = _resolve_type(types.get(part))
+        if cls is None:
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _resolve_type(t: Any) -> Any:
+    if isinstance(t, str):
+        t = globals().get(t)
+    return t if dataclasses.is_dataclass(t) else None
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, docstring)`` for every leaf field, read from the schema's source."""
+    docs = _field_docstrings(cls)
+    out: list[tuple[str, str, str]] = []
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        nested = _resolve_type(f.type)
+        if nested is not None:
+            out += describe(nested, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", repr(getattr(instance, f.name)), docs.get(f.name, "")))
+    return out
+
+
+def _field_docstrings(cls: type) -> dict[str, str]:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
