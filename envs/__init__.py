@@ -5,7 +5,7 @@ lists the native ids. Adapters bring in gymnasium and torchrl envs and hand
 ours to torchrl. This package never imports ``mbpo``.
 """
 
-from envs.base import ActionError, VecEnv, check_actions
+from envs.base import ActionError, VecEnv, check_actions, random_actions
 from envs.device import DeviceUnavailableError, resolve_device
 from envs.registry import UnknownEnvError, list_envs, make
 
@@ -33,6 +33,7 @@ __all__ = [
     "from_torchrl",
     "list_envs",
     "make",
+    "random_actions",
     "resolve_device",
     "to_torchrl",
 ]

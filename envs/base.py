@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs"]
+__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs", "random_actions"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -89,6 +89,19 @@ class VecEnv(ABC):
             f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device}, "
             f"obs_dim={self.obs_dim}, action_space={self.action_space})"
         )
+
+
+def random_actions(env: VecEnv, generator: torch.Generator) -> torch.Tensor:
+    """Uniform random actions for every env (within the Box bounds), drawn on CPU, moved to ``env.device``."""
+    n = env.num_envs
+    if env.is_discrete:
+        start = int(env.action_space.start)
+        actions = torch.randint(start, start + env.act_dim, (n,), generator=generator)
+    else:
+        low = torch.as_tensor(env.action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(env.action_space.high, dtype=torch.float32)
+        actions = low + (high - low) * torch.rand(n, env.act_dim, generator=generator)
+    return actions.to(env.device)
 
 
 def check_num_envs(num_envs: Any) -> int:

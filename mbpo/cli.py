@@ -1,8 +1,13 @@
 """Command line: ``python -m mbpo <command>``.
 
-Training (``train``/``eval``/``resume``/``plot``) lands with the learners; until
-then the only command is ``rollout``, a random-policy rollout that measures env
-throughput. It never pretends to train.
+    train  --config configs/pendulum_sac.yaml [key=value ...]   train; writes runs/<id>/
+    eval   --checkpoint PATH [--episodes N]                      evaluate a checkpoint's policy
+    resume RUN_DIR [key=value ...]                               continue a run from its newest checkpoint
+    plot   RUN_DIR                                               learning curve PNG (needs the plots extra)
+    rollout [--env ID --num-envs N --steps T]                    random-policy env throughput
+
+With no command (or only ``key=value`` overrides), it trains the default
+config, ``configs/pendulum_sac.yaml``. ``--help-config`` lists every config key.
 """
 
 from __future__ import annotations
@@ -12,14 +17,94 @@ import json
 import os
 import sys
 import time
+from datetime import datetime
+from pathlib import Path
 
+import numpy as np
 import torch
 
 import envs
-from mbpo.smoke import random_actions
+from envs import random_actions
+from mbpo.config import ConfigError, describe, load_config, to_yaml
+
+COMMANDS = ("train", "eval", "resume", "plot", "rollout")
+DEFAULT_CONFIG = "configs/pendulum_sac.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def rollout(env_id: str, num_envs: int, steps: int, device: str, seed: int) -> dict[str, float | int | str]:
+def _config_path(path: str) -> Path:
+    """A config path as given, or relative to the repo (so the default works from any cwd)."""
+    p = Path(path)
+    return p if p.exists() or p.is_absolute() else REPO_ROOT / p
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from mbpo.trainers import SyncTrainer
+
+    config = load_config(_config_path(args.config), args.overrides)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(config.run_dir or f"runs/{config.env.id}-{config.agent.name}-{stamp}")
+    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+        raise SystemExit(f"error: {run_dir} already holds a run with checkpoints; continue it with "
+                         f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(config))
+    print(f"[mbpo] training {config.agent.name} on {config.env.id} x{config.env.num_envs}, "
+          f"device={config.device}; run dir {run_dir}", file=sys.stderr)
+    row = SyncTrainer(config, run_dir).run()
+    print(json.dumps({"run_dir": str(run_dir), **row}))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from mbpo.metrics import MetricsLogger
+    from mbpo.trainers import SyncTrainer
+
+    trainer = SyncTrainer.resume(args.run_dir, args.overrides)
+    if args.overrides:  # the resumed run's config.yaml says what it now runs with
+        (Path(args.run_dir) / "config.yaml").write_text(to_yaml(trainer.config))
+    print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps", file=sys.stderr)
+    logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
+                           resume_at=trainer.env_steps)
+    try:
+        row = trainer.run(logger)
+    finally:
+        logger.close()
+    print(json.dumps({"run_dir": str(args.run_dir), **row}))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from mbpo.agents import make_agent
+    from mbpo.checkpoint import load_checkpoint
+    from mbpo.config import Config
+    from mbpo.devices import DevicePlan
+    from mbpo.evaluation import evaluate
+
+    state = load_checkpoint(args.checkpoint)
+    config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config),
+                                                         OmegaConf.create(state["config"])))
+    device = DevicePlan.resolve(args.device or config.device).device
+    env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed)
+    agent = make_agent(config.agent, env.observation_space, env.action_space, device, config.seed)
+    agent.load_state_dict(state["agent"])
+    returns = evaluate(agent, env, args.seed)
+    print(json.dumps({"checkpoint": str(args.checkpoint), "env_id": config.env.id, "episodes": len(returns),
+                      "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+                      "env_steps": state["trainer"]["env_steps"]}))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from mbpo.plotting import plot_learning_curve
+
+    print(plot_learning_curve(args.run_dir))
+    return 0
+
+
+def rollout(env_id: str, num_envs: int, steps: int, device: str, seed: int) -> dict[str, float | int | str | None]:
     """Step ``num_envs`` envs with uniform random actions; return throughput and returns."""
     env = envs.make(env_id, num_envs, device=device, seed=seed)
     gen = torch.Generator().manual_seed(seed)
@@ -42,40 +127,67 @@ def rollout(env_id: str, num_envs: int, steps: int, device: str, seed: int) -> d
     env.close()
     episodes = int(finished)
     return {
-        "env_id": env_id,
-        "device": str(env.device),
-        "num_envs": num_envs,
-        "env_steps": steps * num_envs,
-        "wall_s": round(elapsed, 3),
-        "env_steps_per_s": round(steps * num_envs / elapsed),
-        "episodes": episodes,
-        "mean_return": round(float(finished_sum) / episodes, 2) if episodes else None,
+        "env_id": env_id, "device": str(env.device), "num_envs": num_envs, "env_steps": steps * num_envs,
+        "wall_s": round(elapsed, 3), "env_steps_per_s": round(steps * num_envs / elapsed),
+        "episodes": episodes, "mean_return": round(float(finished_sum) / episodes, 2) if episodes else None,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def cmd_rollout(args: argparse.Namespace) -> int:
+    print("[mbpo] random-policy rollout: measures env throughput, does not train", file=sys.stderr)
+    print(json.dumps(rollout(args.env, args.num_envs, args.steps, args.device, args.seed)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mbpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="debug mode (./run_async.sh --debug also sets CUDA_LAUNCH_BLOCKING=1, TORCH_USE_CUDA_DSA=1)")
+    parser.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
     sub = parser.add_subparsers(dest="command")
+    tr = sub.add_parser("train", help="train from a YAML config with key=value overrides")
+    tr.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default: {DEFAULT_CONFIG})")
+    tr.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. env.num_envs=8 seed=1")
+    tr.set_defaults(fn=cmd_train)
+    ev = sub.add_parser("eval", help="evaluate the deterministic policy of a checkpoint")
+    ev.add_argument("--checkpoint", required=True, help="path to a ckpt_*.pt file")
+    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--device", default=None, help="default: the run's device")
+    ev.add_argument("--seed", type=int, default=12345)
+    ev.set_defaults(fn=cmd_eval)
+    re_ = sub.add_parser("resume", help="continue a run from its newest loadable checkpoint")
+    re_.add_argument("run_dir")
+    re_.add_argument("overrides", nargs="*", help="e.g. total_env_steps=50000 to train longer")
+    re_.set_defaults(fn=cmd_resume)
+    pl = sub.add_parser("plot", help="write RUN_DIR/learning_curve.png (needs the plots extra)")
+    pl.add_argument("run_dir")
+    pl.set_defaults(fn=cmd_plot)
     ro = sub.add_parser("rollout", help="random-policy rollout of a vectorized env; prints its throughput")
     ro.add_argument("--env", default="Pendulum-v1", help="env id (default: Pendulum-v1)")
     ro.add_argument("--num-envs", type=int, default=4096, help="envs stepped together (default: 4096)")
     ro.add_argument("--steps", type=int, default=1000, help="vector steps (default: 1000)")
     ro.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     ro.add_argument("--seed", type=int, default=0)
-    # Until training lands the default command is the random rollout.
-    known = {"rollout", "-h", "--help"}
-    if not any(a in known for a in argv):
-        argv = [a for a in argv if a == "--debug"] + ["rollout"] + [a for a in argv if a != "--debug"]
-    args = parser.parse_args(argv)
+    ro.set_defaults(fn=cmd_rollout)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in COMMANDS or a in ("-h", "--help", "--help-config") for a in argv):
+        flags = [a for a in argv if a == "--debug"]
+        argv = flags + ["train"] + [a for a in argv if a != "--debug"]  # default: train the default config
+    args = build_parser().parse_args(argv)
+    if args.help_config:
+        for key, default, doc in describe():
+            print(f"{key} = {default}\n    {doc}")
+        return 0
     if args.debug or os.environ.get("MBPO_DEBUG") == "1":
         switches = {k: os.environ.get(k, "unset") for k in ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA")}
         print(f"[mbpo] debug mode: {switches}", file=sys.stderr)
-    print("[mbpo] training is not implemented yet: this is a RANDOM-POLICY rollout measuring env throughput",
-          file=sys.stderr)
-    result = rollout(args.env, args.num_envs, args.steps, args.device, args.seed)
-    print(json.dumps(result))
-    return 0
+    try:
+        return args.fn(args)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2

@@ -119,6 +119,8 @@ class Config:
     """Env transitions between evaluations of the deterministic policy."""
     eval_episodes: int = 10
     """Episodes per evaluation, run on a separate env instance."""
+    log_every: int = 1_000
+    """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
     run_dir: Optional[str] = None
     """Where the run writes config.yaml, metrics.csv and checkpoints; null = runs/<env>-<agent>-<time>."""
     progress: bool = True
@@ -141,6 +143,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "total_env_steps": (1, None, True),
     "eval_every": (1, None, True),
     "eval_episodes": (1, None, True),
+    "log_every": (1, None, True),
     "env.num_envs": (1, None, True),
     "agent.batch_size": (1, None, True),
     "agent.utd_ratio": (0, None, False),

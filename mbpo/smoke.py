@@ -16,20 +16,9 @@ from typing import Callable
 import torch
 
 import envs
+from envs import random_actions
 
 NUM_ENVS = 4
-
-
-def random_actions(env: envs.VecEnv, generator: torch.Generator) -> torch.Tensor:
-    """Uniform random actions of the right dtype and shape, on the env's device."""
-    n = env.num_envs
-    if env.is_discrete:
-        a = torch.randint(0, env.act_dim, (n,), generator=generator)
-    else:
-        low = torch.as_tensor(env.action_space.low)
-        high = torch.as_tensor(env.action_space.high)
-        a = low + (high - low) * torch.rand(n, env.act_dim, generator=generator)
-    return a.to(env.device)
 
 
 def stage_interaction(env: envs.VecEnv) -> None:

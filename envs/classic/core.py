@@ -99,6 +99,19 @@ class ClassicVecEnv(VecEnv):
             )
         self._state = value.to(device=self.device, dtype=torch.float32).clone()
 
+    def state_dict(self) -> dict[str, torch.Tensor | None]:
+        """Physical state, counters and RNG: restoring it continues the exact same trajectories."""
+        return {
+            "state": None if self._state is None else self._state.cpu().clone(),
+            "episode_steps": self.episode_steps.cpu().clone(),
+            "generator": self._generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | None]) -> None:
+        self._state = None if state["state"] is None else state["state"].to(self.device).clone()
+        self.episode_steps = state["episode_steps"].to(self.device).clone()
+        self._generator.set_state(state["generator"])
+
     # -- contract --------------------------------------------------------------
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:

@@ -1,0 +1,40 @@
+"""Learners behind one protocol (mbpo.agents.base.Agent): SAC for Box actions, DQN for Discrete."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from mbpo.agents.base import Agent
+from mbpo.config import AgentConfig
+
+__all__ = ["Agent", "make_agent"]
+
+
+def make_agent(
+    config: AgentConfig,
+    observation_space: gym.spaces.Box,
+    action_space: gym.spaces.Space,
+    device: torch.device,
+    seed: int,
+) -> Agent:
+    """Build the learner ``config.name`` for these spaces, or say why it does not fit the env."""
+    if config.name == "sac":
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(
+                f"agent.name=sac needs a continuous (Box) action space, but the env has {action_space}; "
+                "use agent.name=dqn for discrete actions"
+            )
+        from mbpo.agents.sac import SAC
+
+        return SAC(config.sac, observation_space, action_space, device, seed=seed)
+    if config.name == "dqn":
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"agent.name=dqn needs a discrete action space, but the env has {action_space}; "
+                "use agent.name=sac for continuous actions"
+            )
+        from mbpo.agents.dqn import DQN
+
+        return DQN(config.dqn, observation_space, action_space, device, seed=seed)
+    raise ValueError(f"agent.name={config.name!r} is not known; expected sac or dqn")
