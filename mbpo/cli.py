@@ -25,7 +25,7 @@ import torch
 
 import envs
 from envs import random_actions
-from mbpo.config import ConfigError, describe, load_config, to_yaml
+from mbpo.config import ConfigError, describe, load_config
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_sac.yaml"
@@ -47,8 +47,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise SystemExit(f"error: {run_dir} already holds a run with checkpoints; continue it with "
                          f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(to_yaml(config))
     print(f"[mbpo] training {config.agent.name} on {config.env.id} x{config.env.num_envs}, "
           f"device={config.device}; run dir {run_dir}", file=sys.stderr)
     row = SyncTrainer(config, run_dir).run()
@@ -61,8 +59,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from mbpo.trainers import SyncTrainer
 
     trainer = SyncTrainer.resume(args.run_dir, args.overrides)
-    if args.overrides:  # the resumed run's config.yaml says what it now runs with
-        (Path(args.run_dir) / "config.yaml").write_text(to_yaml(trainer.config))
     print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps", file=sys.stderr)
     logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
                            resume_at=trainer.env_steps)

@@ -78,6 +78,8 @@ class SyncTrainer:
         cfg = self.config
         own_logger = logger is None
         logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))  # the config in effect, resumes included
         if self._obs is None:
             self._obs = self.env.reset()
         n = self.env.num_envs

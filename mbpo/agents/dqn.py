@@ -1,0 +1,223 @@
+"""DQN / Double DQN on torchrl's ``DQNLoss`` with a ``HardUpdate`` target net.
+
+The loss, the double-DQN target and the TD(0) bootstrap come from torchrl; this
+module owns the learner bookkeeping torchrl leaves to the caller: the epsilon
+schedule (decayed on the learner, published with the weights), skipping
+non-finite steps, gradient clipping, the CPU acting replica, and exact resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torchrl.data import Categorical
+from torchrl.modules import MLP, QValueActor
+from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
+
+from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.config import DQNConfig
+
+__all__ = ["DQN"]
+
+# Huber (smooth L1, beta=1) as in Mnih et al. 2015 and SB3: bounded gradients on large TD errors.
+LOSS_FUNCTION = "smooth_l1"
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """Deep copy with every tensor detached and on CPU (checkpoints and snapshots never hold CUDA)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class DQN:
+    """Epsilon-greedy (Double) DQN learner implementing :class:`mbpo.agents.base.Agent`."""
+
+    def __init__(
+        self,
+        config: DQNConfig,
+        observation_space: gym.spaces.Box,
+        action_space: gym.spaces.Discrete,
+        device: torch.device | str,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise TypeError(
+                f"DQN needs a Discrete action space, got {action_space}; "
+                "use agent.name=sac for continuous (Box) actions"
+            )
+        if int(action_space.start) != 0:
+            raise ValueError(f"DQN expects Discrete actions starting at 0, got start={action_space.start}")
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise TypeError(f"DQN needs a flat Box observation space, got {observation_space}")
+        self.config = config
+        self.device = torch.device(device)
+        self.obs_dim = int(observation_space.shape[0])
+        self.num_actions = int(action_space.n)
+        self.num_updates = 0
+        self.num_skipped_updates = 0
+        self.epsilon = self._epsilon_at(0)
+
+        # Seed the init locally so constructing an agent never moves the global RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            net = MLP(
+                in_features=self.obs_dim,
+                out_features=self.num_actions,
+                num_cells=list(config.hidden_sizes),
+                activation_class=nn.ReLU,
+            )
+        self._replica = copy.deepcopy(net).eval()  # CPU acting copy, refreshed lazily
+        self._replica_version = 0
+        self.q_net = net.to(self.device)
+        spec = Categorical(self.num_actions, device=self.device)  # actions are indices, not one-hot
+        actor = QValueActor(self.q_net, in_keys=["observation"], spec=spec)
+        self.loss = DQNLoss(
+            actor, loss_function=LOSS_FUNCTION, delay_value=True, double_dqn=config.double, action_space=spec
+        )
+        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
+        # HardUpdate copies on the (interval+1)-th step; interval-1 gives "every target_update_interval updates".
+        self.target_updater = HardUpdate(self.loss, value_network_update_interval=config.target_update_interval - 1)
+        self._keys = self._param_keys()
+        self.optimizer = self._make_optimizer()
+        self.act_generator = torch.Generator().manual_seed(seed)
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _epsilon_at(self, updates: int) -> float:
+        """Linear decay from epsilon_start to epsilon_end over epsilon_decay_updates, then flat."""
+        c = self.config
+        frac = min(1.0, updates / c.epsilon_decay_updates)
+        return float(c.epsilon_start + frac * (c.epsilon_end - c.epsilon_start))
+
+    def _make_optimizer(self) -> torch.optim.Adam:
+        return torch.optim.Adam(self.q_net.parameters(), lr=self.config.lr)
+
+    def _param_keys(self) -> dict[str, tuple[str, ...]]:
+        """q_net state_dict name -> key in the loss's (target) params, matched by storage identity."""
+        by_ptr = {t.data_ptr(): k for k, t in self.loss.value_network_params.items(True, True)}
+        keys = {name: by_ptr.get(t.data_ptr()) for name, t in self.q_net.state_dict().items()}
+        missing = [name for name, key in keys.items() if key is None]
+        if missing:
+            raise RuntimeError(f"DQNLoss does not share the Q-network tensors {missing}; cannot map the target net")
+        return keys  # type: ignore[return-value]
+
+    def _target_state(self) -> dict[str, torch.Tensor]:
+        target = self.loss.target_value_network_params
+        return {name: target.get(key) for name, key in self._keys.items()}
+
+    # --- acting ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """Epsilon-greedy (explore) or greedy int64 ``(N,)`` actions from the CPU replica."""
+        if obs.device.type != "cpu" or obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise ValueError(
+                f"act() wants CPU obs of shape (N, {self.obs_dim}); got {tuple(obs.shape)} on {obs.device}"
+            )
+        if self._replica_version != self.num_updates:
+            self._replica.load_state_dict(_cpu_copy(self.q_net.state_dict()))
+            self._replica_version = self.num_updates
+        greedy = self._replica(obs.float()).argmax(dim=-1)
+        if not explore:
+            return greedy
+        n = obs.shape[0]
+        coin = torch.rand(n, generator=self.act_generator)
+        random_actions = torch.randint(self.num_actions, (n,), generator=self.act_generator)
+        return torch.where(coin < self.epsilon, random_actions, greedy)
+
+    # --- learning ----------------------------------------------------------------------------
+    def _loss_input(self, batch: TensorDictBase) -> TensorDict:
+        """Our buffer keys -> DQNLoss's layout. ``done`` mirrors ``terminated``: TD(0) bootstraps
+        on ``terminated`` only, and truncations (which reach the buffer as terminated=False) bootstrap."""
+        obs, action = batch[OBS], batch[ACTION]
+        if action.is_floating_point():
+            raise TypeError(f"DQN needs integer action indices, got {action.dtype}; use agent.name=sac for Box actions")
+        b = obs.shape[0]
+        terminated = batch[TERMINATED].reshape(b, 1).bool()
+        nxt = {
+            "observation": batch[NEXT_OBS],
+            "reward": batch[REWARD].reshape(b, 1).float(),
+            "done": terminated,
+            "terminated": terminated,
+        }
+        return TensorDict({"observation": obs, "action": action.reshape(b).long(), "next": nxt}, batch_size=[b])
+
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
+        """One Adam step on the DQN loss; a non-finite loss or gradient skips the step entirely."""
+        td = self._loss_input(batch)
+        self.q_net.train()
+        with torch.no_grad():
+            q_mean = self.q_net(td["observation"]).gather(-1, td["action"].unsqueeze(-1)).mean()
+        loss = self.loss(td)["loss"]
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = list(self.q_net.parameters())
+        if self.config.max_grad_norm > 0:
+            grad_norm = nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        else:
+            grad_norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        stats = torch.stack([loss.detach(), q_mean, grad_norm]).tolist()  # the one host sync
+        if math.isfinite(stats[0]) and math.isfinite(stats[2]):
+            self.optimizer.step()
+            self.num_updates += 1
+            self.target_updater.step()
+            self.epsilon = self._epsilon_at(self.num_updates)
+        else:
+            self.num_skipped_updates += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon, "grad_norm": stats[2]}
+
+    # --- state -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """CPU-only publishable state; the target net is included so a rebuilt learner is complete."""
+        return {
+            "q_net": _cpu_copy(self.q_net.state_dict()),
+            "target_q_net": _cpu_copy(self._target_state()),
+            "epsilon": float(self.epsilon),
+            "num_updates": int(self.num_updates),
+        }
+
+    @torch.no_grad()
+    def load_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Load weights in place (the loss shares them) and start a fresh Adam consistent with them."""
+        missing = {"q_net", "target_q_net", "epsilon", "num_updates"} - set(snapshot)
+        if missing:
+            raise KeyError(f"not a DQN snapshot: missing {sorted(missing)}")
+        self.q_net.load_state_dict(snapshot["q_net"])
+        target, current = snapshot["target_q_net"], self._target_state()
+        if set(target) != set(current):
+            raise KeyError(f"target_q_net keys {sorted(target)} do not match the Q-network's {sorted(current)}")
+        for name, tensor in current.items():
+            tensor.copy_(target[name])
+        self.num_updates = int(snapshot["num_updates"])
+        self.epsilon = float(snapshot["epsilon"])
+        self.target_updater.counter = self.num_updates % self.config.target_update_interval
+        self.optimizer = self._make_optimizer()
+        self._replica_version = -1  # weights changed under the same num_updates
+
+    def state_dict(self) -> dict[str, Any]:
+        """Snapshot + optimizer + RNG + counters: everything for a bit-exact resume."""
+        return {
+            **self.snapshot(),
+            "optimizer": _cpu_copy(self.optimizer.state_dict()),
+            "act_generator": self.act_generator.get_state(),
+            "num_skipped_updates": int(self.num_skipped_updates),
+            "target_updater": dict(self.target_updater.state_dict()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.load_snapshot(state)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.act_generator.set_state(state["act_generator"])
+        self.num_skipped_updates = int(state["num_skipped_updates"])
+        self.target_updater.load_state_dict(state["target_updater"])

@@ -1,0 +1,96 @@
+"""The reference trainer: utd accounting, evaluation cadence, determinism and exact resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mbpo.config import Config, load_config
+from mbpo.metrics import read_metrics
+from mbpo.trainers import SyncTrainer
+
+pytestmark = pytest.mark.timeout(120)
+TIMING = {"wall_s", "env_steps_per_s", "updates_per_s"}
+
+
+def tiny(run_dir: Path, *overrides: str) -> Config:
+    return load_config(None, [
+        "device=cpu", f"run_dir={run_dir}", "progress=false", "total_env_steps=400", "eval_every=200",
+        "eval_episodes=2", "log_every=100", "env.num_envs=2", "agent.batch_size=32", "agent.learning_starts=100",
+        "agent.buffer_size=1000", "agent.sac.hidden_sizes=[32,32]", "agent.dqn.hidden_sizes=[32,32]",
+        "checkpoint.every=200", *overrides,
+    ])
+
+
+def params(trainer: SyncTrainer) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(prefix: str, obj: object) -> None:
+        if isinstance(obj, torch.Tensor):
+            out[prefix] = obj
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(f"{prefix}.{k}", v)
+
+    walk("agent", trainer.agent.state_dict())
+    return out
+
+
+def untimed(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def test_utd_ratio_counts_updates_per_transition(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, "env.num_envs=4", "agent.utd_ratio=0.5", "agent.learning_starts=200")
+    trainer = SyncTrainer(cfg, tmp_path)
+    row = trainer.run()
+    assert trainer.agent.num_updates == (400 - 200 + 4) // 4 * 4 * 0.5  # from the step that reaches 200
+    assert row["updates_per_vector_step"] == 2.0
+    assert row["utd_ratio_realised"] == pytest.approx(0.5)
+
+
+def test_learning_starts_and_eval_cadence(tmp_path: Path) -> None:
+    trainer = SyncTrainer(tiny(tmp_path), tmp_path)
+    trainer.run()
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["env_steps"] for r in rows] == ["100", "200", "300", "400"]
+    assert [bool(r["eval_return"]) for r in rows] == [False, True, False, True]
+    assert rows[0]["updates"] == "2"  # updates begin with the vector step that reaches learning_starts
+    assert {"env_steps", "updates", "wall_s", "train_return", "eval_return"} <= set(rows[0])
+    assert [p.name for p in sorted((tmp_path / "checkpoints").iterdir())] == [
+        "ckpt_000000000200.pt", "ckpt_000000000400.pt"]
+
+
+@pytest.mark.parametrize("agent", ["sac", "dqn"])
+def test_same_seed_same_metrics_and_parameters(tmp_path: Path, agent: str) -> None:
+    env = "Pendulum-v1" if agent == "sac" else "CartPole-v1"
+    a = SyncTrainer(tiny(tmp_path / "a", f"agent.name={agent}", f"env.id={env}"), tmp_path / "a")
+    b = SyncTrainer(tiny(tmp_path / "b", f"agent.name={agent}", f"env.id={env}"), tmp_path / "b")
+    a.run()
+    b.run()
+    assert untimed(read_metrics(tmp_path / "a/metrics.csv")) == untimed(read_metrics(tmp_path / "b/metrics.csv"))
+    pa, pb = params(a), params(b)
+    assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+    c = SyncTrainer(tiny(tmp_path / "c", f"agent.name={agent}", f"env.id={env}", "seed=1"), tmp_path / "c")
+    c.run()
+    assert not all(torch.equal(pa[k], params(c)[k]) for k in pa)
+
+
+@pytest.mark.parametrize("agent", ["sac", "dqn"])
+def test_resume_is_exact(tmp_path: Path, agent: str) -> None:
+    env = "Pendulum-v1" if agent == "sac" else "CartPole-v1"
+    common = (f"agent.name={agent}", f"env.id={env}")
+    full = SyncTrainer(tiny(tmp_path / "full", *common, "total_env_steps=600"), tmp_path / "full")
+    full.run()
+    half = SyncTrainer(tiny(tmp_path / "half", *common, "total_env_steps=300", "checkpoint.every=300"),
+                       tmp_path / "half")
+    half.run()
+    resumed = SyncTrainer.resume(tmp_path / "half", ["total_env_steps=600"])
+    assert resumed.env_steps == 300
+    resumed.run()
+    pf, pr = params(full), params(resumed)
+    assert pf.keys() == pr.keys()
+    assert [k for k in pf if not torch.equal(pf[k], pr[k])] == []
+    assert full.agent.num_updates == resumed.agent.num_updates
