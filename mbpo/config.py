@@ -125,6 +125,8 @@ class Config:
     """Where the run writes config.yaml, metrics.csv and checkpoints; null = runs/<env>-<agent>-<time>."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    torch_threads: int = 1
+    """torch intra-op threads of the learner; RL-sized nets run fastest on 1-2, more only contend."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The training env (evaluation builds a separate one of the same id)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -144,6 +146,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "eval_every": (1, None, True),
     "eval_episodes": (1, None, True),
     "log_every": (1, None, True),
+    "torch_threads": (1, None, True),
     "env.num_envs": (1, None, True),
     "agent.batch_size": (1, None, True),
     "agent.utd_ratio": (0, None, False),

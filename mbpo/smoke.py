@@ -1,14 +1,17 @@
 """Staged smoke checks: each stage prints what it saw; the first failure stops with its traceback.
 
 Run with ``python -m mbpo.smoke [--device auto|cpu|cuda:N] [--env Pendulum-v1]``
-(``./run_async_test.sh`` runs it before the test suite). Later stages (agent,
-collector, dynamics, rollouts, training) are added as those parts land.
+(``./run_async_test.sh`` runs it before the test suite). Stages: env
+interaction, agent action selection, random-action collection, a short
+training run. Collector, dynamics and rollout stages come with those parts.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import tempfile
 import time
 import traceback
 from typing import Callable
@@ -61,6 +64,39 @@ def stage_random_collection(env: envs.VecEnv, steps: int = 300) -> None:
     _expect(episodes > 0, f"no episode finished in {steps} steps (time limit {env.max_episode_steps})")
 
 
+def stage_agent(env: envs.VecEnv) -> None:
+    from mbpo.agents import make_agent
+    from mbpo.config import AgentConfig
+
+    agent = make_agent(AgentConfig(name="dqn" if env.is_discrete else "sac"), env.observation_space,
+                       env.action_space, env.device, seed=0)
+    obs = env.reset(seed=2).cpu()
+    for i, explore in enumerate((True, False)):
+        action = agent.act(obs, explore=explore)
+        print(f"  Action {i}: shape={tuple(action.shape)}, dtype={action.dtype}, device={action.device}, "
+              f"explore={explore}")
+        _expect(action.device.type == "cpu", f"the acting replica returned actions on {action.device}")
+        env.step(action.to(env.device))  # the env validates shape, dtype, range and finiteness
+    print(f"  {type(agent).__name__} learner on {agent.device}, acting replica on cpu")
+
+
+def stage_training(env: envs.VecEnv) -> None:
+    from mbpo.config import load_config
+    from mbpo.trainers import SyncTrainer
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = load_config(None, [
+            f"env.id={env.spec_id}", f"device={env.device}", f"agent.name={'dqn' if env.is_discrete else 'sac'}",
+            f"run_dir={run_dir}", "progress=false", "total_env_steps=400", "eval_every=400", "eval_episodes=2",
+            "agent.learning_starts=200", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
+            "agent.dqn.hidden_sizes=[32,32]", "checkpoint.every=400",
+        ])
+        row = SyncTrainer(config, run_dir).run()
+        print(f"  {row['env_steps']} env steps, {row['updates']} updates, eval return {row['eval_return']:.1f}, "
+              f"checkpoint written: {bool(list((__import__('pathlib').Path(run_dir) / 'checkpoints').iterdir()))}")
+        _expect(row["updates"] > 0 and row["eval_return"] is not None, f"training row {row}")
+
+
 def _expect(ok: bool, what: str) -> None:
     if not ok:
         raise AssertionError(f"unexpected: {what}")
@@ -68,7 +104,9 @@ def _expect(ok: bool, what: str) -> None:
 
 STAGES: list[tuple[str, Callable[[envs.VecEnv], None]]] = [
     ("Basic environment interaction", stage_interaction),
+    ("Agent action selection", stage_agent),
     ("Random-action collection", stage_random_collection),
+    ("Short training run", stage_training),
 ]
 
 
@@ -77,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--env", default="Pendulum-v1", help="env id (default: Pendulum-v1)")
     args = parser.parse_args(argv)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
     device = envs.resolve_device(args.device)
     print(f"[Test] Starting simple async test with device: {device}")
     try:

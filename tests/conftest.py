@@ -20,3 +20,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def cuda_device() -> str:
     """The first CUDA device, as a string (gpu-marked tests only)."""
     return "cuda:0"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> None:
+    """Tests share 2 cores with whatever else runs: oversubscribed intra-op pools are 100x slower."""
+    torch.set_num_threads(1)

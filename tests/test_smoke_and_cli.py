@@ -42,23 +42,23 @@ def test_smoke_runs_a_discrete_env(capsys: pytest.CaptureFixture[str]) -> None:
     assert "obs_dim=4, act_dim=2" in capsys.readouterr().out
 
 
-def test_default_command_is_a_labelled_random_rollout(capsys: pytest.CaptureFixture[str]) -> None:
+def test_rollout_is_labelled_and_measures_throughput(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["rollout", "--num-envs", "8", "--steps", "250", "--device", "cpu"]) == 0
     captured = capsys.readouterr()
-    assert "RANDOM-POLICY rollout" in captured.err
+    assert "random-policy rollout" in captured.err
     result = json.loads(captured.out.strip().splitlines()[-1])
     assert result["env_id"] == "Pendulum-v1" and result["env_steps"] == 2000
     assert result["episodes"] == 8  # every env truncates once at step 200
     assert -2000 < result["mean_return"] < 0
 
 
-def test_cli_without_a_command_defaults_to_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_without_a_command_trains_the_default_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, object] = {}
 
-    def fake_rollout(*args: object) -> dict[str, int]:
+    def fake_train(args: object) -> int:
         seen["args"] = args
-        return {"ok": 1}
+        return 0
 
-    monkeypatch.setattr(cli, "rollout", fake_rollout)
-    assert cli.main(["--debug"]) == 0
-    assert seen["args"][0] == "Pendulum-v1"
+    monkeypatch.setattr(cli, "cmd_train", fake_train)  # build_parser binds the name at call time
+    assert cli.main(["--debug", "seed=3"]) == 0
+    assert seen["args"].config == "configs/pendulum_sac.yaml" and seen["args"].overrides == ["seed=3"]

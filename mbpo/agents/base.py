@@ -36,6 +36,13 @@ class Agent(Protocol):
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
 
+    def pop_metrics(self) -> dict[str, float]:
+        """Means of the update metrics since the last call, plus ``updates``/``skipped`` counts.
+
+        Loggers call this every few hundred updates instead of reading each
+        update's metrics, so a GPU learner is not synchronised once per update.
+        """
+
     def snapshot(self) -> dict[str, Any]:
         """Publishable CPU state: actor, critics, target nets, epsilon, num_updates."""
 

@@ -66,6 +66,8 @@ class DQN:
         self.num_actions = int(action_space.n)
         self.num_updates = 0
         self.num_skipped_updates = 0
+        self._metric_sums: dict[str, float] = {}
+        self._metric_counts = [0, 0]  # [applied, skipped] since the last pop_metrics()
         self.epsilon = self._epsilon_at(0)
 
         # Seed the init locally so constructing an agent never moves the global RNG.
@@ -166,7 +168,8 @@ class DQN:
         else:
             grad_norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         stats = torch.stack([loss.detach(), q_mean, grad_norm]).tolist()  # the one host sync
-        if math.isfinite(stats[0]) and math.isfinite(stats[2]):
+        applied = math.isfinite(stats[0]) and math.isfinite(stats[2])
+        if applied:
             self.optimizer.step()
             self.num_updates += 1
             self.target_updater.step()
@@ -174,7 +177,19 @@ class DQN:
         else:
             self.num_skipped_updates += 1
         self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon, "grad_norm": stats[2]}
+        metrics = {"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon, "grad_norm": stats[2]}
+        self._metric_counts[0 if applied else 1] += 1
+        if applied:
+            for key, value in metrics.items():
+                self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
+        return metrics
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means over the updates applied since the last call, plus ``updates``/``skipped`` counts."""
+        applied, skipped = self._metric_counts
+        means = {k: v / applied for k, v in self._metric_sums.items()} if applied else {}
+        self._metric_sums, self._metric_counts = {}, [0, 0]
+        return {**means, "updates": applied, "skipped": skipped}
 
     # --- state -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -212,6 +227,8 @@ class DQN:
             "act_generator": self.act_generator.get_state(),
             "num_skipped_updates": int(self.num_skipped_updates),
             "target_updater": dict(self.target_updater.state_dict()),
+            "metric_sums": dict(self._metric_sums),
+            "metric_counts": list(self._metric_counts),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -221,3 +238,5 @@ class DQN:
         self.act_generator.set_state(state["act_generator"])
         self.num_skipped_updates = int(state["num_skipped_updates"])
         self.target_updater.load_state_dict(state["target_updater"])
+        self._metric_sums = dict(state.get("metric_sums", {}))
+        self._metric_counts = list(state.get("metric_counts", [0, 0]))

@@ -48,6 +48,7 @@ class SyncTrainer:
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
         seed_everything(config.seed)
         self.plan = DevicePlan.resolve(config.device)
         device = self.plan.device
@@ -69,8 +70,6 @@ class SyncTrainer:
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
         self._obs: torch.Tensor | None = None
-        self._sums: dict[str, float] = {}
-        self._count = 0
 
     # -- the loop ----------------------------------------------------------------
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
@@ -93,7 +92,7 @@ class SyncTrainer:
                     self.learning_env_steps += n
                     self.pending_updates += n * cfg.agent.utd_ratio
                     for _ in range(int(self.pending_updates)):
-                        self._accumulate(self.agent.update(self.buffer.sample()))
+                        self.agent.update(self.buffer.sample())  # metrics: pop_metrics() at log time
                     self.pending_updates -= int(self.pending_updates)
                 evaluated = _crossed(before, self.env_steps, cfg.eval_every)
                 if evaluated:
@@ -141,11 +140,6 @@ class SyncTrainer:
             self._recent_returns.extend(self._episode_return[done_cpu].tolist())
             self._episode_return[done_cpu] = 0.0
 
-    def _accumulate(self, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            self._sums[key] = self._sums.get(key, 0.0) + float(value)
-        self._count += 1
-
     def _row(self, wall_s: float, rates: dict[str, float], evaluated: bool) -> dict[str, Any]:
         cfg = self.config.agent
         row: dict[str, Any] = {
@@ -161,8 +155,9 @@ class SyncTrainer:
             "skipped_updates": self.agent.num_skipped_updates,
             **{k: round(v, 3) for k, v in rates.items()},
         }
-        row.update({k: v / self._count for k, v in self._sums.items()} if self._count else {})
-        self._sums, self._count = {}, 0
+        metrics = self.agent.pop_metrics()
+        metrics.pop("updates"), metrics.pop("skipped")
+        row.update(metrics)
         return row
 
     # -- checkpoint and resume ---------------------------------------------------
@@ -181,8 +176,6 @@ class SyncTrainer:
                 "recent_returns": list(self._recent_returns),
                 "obs": None if self._obs is None else self._obs.cpu(),
                 "action_generator": self._action_generator.get_state(),
-                "metric_sums": dict(self._sums),
-                "metric_count": self._count,
             },
             "env": env_state,
             "agent": self.agent.state_dict(),
@@ -198,7 +191,6 @@ class SyncTrainer:
         self._episode_return = t["episode_return"].clone()
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
         self._action_generator.set_state(t["action_generator"])
-        self._sums, self._count = dict(t["metric_sums"]), t["metric_count"]
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
         if state["env"] is not None and hasattr(self.env, "load_state_dict"):

@@ -1,0 +1,213 @@
+"""SAC gradient updates per second: ours (fp32, bf16) against Stable-Baselines3 and torchrl, in one run.
+
+Prints one JSON line. Setup shared by every learner: batch 256, actor and each
+critic 256x256 ReLU, twin critics, automatic entropy tuning, Adam, Polyak
+targets, one intra-op thread, CPU. Sizes: Pendulum (obs 3, act 1) and
+HalfCheetah (obs 17, act 6). Each update includes sampling its batch from a
+filled replay buffer, as in training:
+
+* ours: ``mbpo.agents.sac.SAC.update(buffer.sample())`` on the project's
+  replay buffer (torchrl ``LazyTensorStorage``); metrics are not read (the
+  trainer reads averages every few hundred updates), so no host sync.
+* SB3: ``stable_baselines3.SAC.train(gradient_steps=K, batch_size=256)`` on its
+  own filled ``ReplayBuffer`` (``net_arch=[256, 256]``), called directly.
+* torchrl: ``SACLoss`` (v2, two Q nets, l2) + one Adam step on the summed loss +
+  ``SoftUpdate``, batch from a torchrl ``ReplayBuffer``.
+
+Measurements are interleaved (ours fp32, ours bf16, SB3, torchrl, repeat) so
+machine noise hits all alike; reported rates are medians over repeats and the
+ratios are ratios of those medians.
+
+    python benchmarks/sac_update_throughput.py [--repeats 7] [--updates 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from mbpo.agents.networks import bf16_autocast_supported
+from mbpo.agents.sac import SAC
+from mbpo.buffers import make_replay_buffer, transitions
+from mbpo.config import SACConfig
+
+BATCH = 256
+HIDDEN = [256, 256]
+SIZES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
+TARGETS = {"fp32_vs_sb3": 1.1, "bf16_vs_sb3": 1.5}
+
+
+class _SpacesOnly(gym.Env):
+    """SB3 needs an env to build its model; only the spaces matter here (train() is called directly)."""
+
+    def __init__(self, obs_dim: int, act_dim: int) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}
+
+
+def random_transitions(n: int, obs_dim: int, act_dim: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "obs": torch.randn(n, obs_dim, generator=g),
+        "action": torch.rand(n, act_dim, generator=g) * 2 - 1,
+        "reward": torch.randn(n, generator=g),
+        "next_obs": torch.randn(n, obs_dim, generator=g),
+        "terminated": torch.rand(n, generator=g) < 0.05,
+    }
+
+
+def ours(data: dict[str, torch.Tensor], precision: str) -> Callable[[int], None]:
+    obs_dim, act_dim = data["obs"].shape[1], data["action"].shape[1]
+    agent = SAC(
+        SACConfig(hidden_sizes=HIDDEN, precision=precision),
+        gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+        gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32),
+        "cpu",
+        seed=0,
+    )
+    n = data["obs"].shape[0]
+    buffer = make_replay_buffer(n, "cpu", BATCH, torch.Generator().manual_seed(0))
+    buffer.extend(transitions(**data))
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            agent.update(buffer.sample())
+
+    return run
+
+
+def sb3(data: dict[str, torch.Tensor]) -> Callable[[int], None]:
+    from stable_baselines3 import SAC as SB3SAC
+    from stable_baselines3.common.logger import configure
+
+    obs_dim, act_dim = data["obs"].shape[1], data["action"].shape[1]
+    n = data["obs"].shape[0]
+    model = SB3SAC(
+        "MlpPolicy", _SpacesOnly(obs_dim, act_dim), batch_size=BATCH, buffer_size=n, learning_starts=0,
+        policy_kwargs={"net_arch": list(HIDDEN)}, device="cpu", seed=0, verbose=0,
+    )  # fmt: skip
+    model.set_logger(configure(folder=None, format_strings=[]))
+    rb = model.replay_buffer
+    rb.observations[:, 0] = data["obs"].numpy()
+    rb.next_observations[:, 0] = data["next_obs"].numpy()
+    rb.actions[:, 0] = data["action"].numpy()
+    rb.rewards[:, 0] = data["reward"].numpy()
+    rb.dones[:, 0] = data["terminated"].numpy()
+    rb.full, rb.pos = True, 0
+    return lambda k: model.train(gradient_steps=k, batch_size=BATCH)
+
+
+def torchrl_sac(data: dict[str, torch.Tensor]) -> Callable[[int], None]:
+    from tensordict import TensorDict
+    from tensordict.nn import NormalParamExtractor, TensorDictModule
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    from torchrl.objectives import SACLoss, SoftUpdate, ValueEstimators
+
+    obs_dim, act_dim = data["obs"].shape[1], data["action"].shape[1]
+    n = data["obs"].shape[0]
+    torch.manual_seed(0)
+    actor_net = nn.Sequential(MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=HIDDEN), NormalParamExtractor())
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"], distribution_class=TanhNormal,
+    )  # fmt: skip
+    qnet = ValueOperator(MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=HIDDEN), in_keys=["observation", "action"])
+    loss = SACLoss(actor, qnet, num_qvalue_nets=2, loss_function="l2", target_entropy=-float(act_dim))
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.99)
+    updater = SoftUpdate(loss, tau=0.005)
+    optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    term = data["terminated"].unsqueeze(-1)
+    td = TensorDict(
+        {"observation": data["obs"], "action": data["action"],
+         "next": {"observation": data["next_obs"], "reward": data["reward"].unsqueeze(-1), "done": term, "terminated": term}},
+        batch_size=[n],
+    )  # fmt: skip
+    rb = ReplayBuffer(storage=LazyTensorStorage(n), batch_size=BATCH)
+    rb.extend(td)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            out = loss(rb.sample())
+            total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
+            optim.zero_grad(set_to_none=True)
+            total.backward()
+            optim.step()
+            updater.step()
+
+    return run
+
+
+def rate(run: Callable[[int], None], k: int) -> float:
+    start = time.perf_counter()
+    run(k)
+    return k / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved measurements per learner and size")
+    parser.add_argument("--updates", type=int, default=50, help="updates per measurement")
+    parser.add_argument("--warmup", type=int, default=10, help="updates before measuring")
+    parser.add_argument("--buffer", type=int, default=50_000, help="transitions in each replay buffer")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # its INFO lines go to stdout: keep one JSON line
+    bf16 = bf16_autocast_supported("cpu")
+    started = time.perf_counter()
+    results: dict[str, Any] = {}
+    for size, (obs_dim, act_dim) in SIZES.items():
+        data = random_transitions(args.buffer, obs_dim, act_dim)
+        learners = {"ours_fp32": ours(data, "fp32")}
+        if bf16:
+            learners["ours_bf16"] = ours(data, "bf16")
+        learners |= {"sb3": sb3(data), "torchrl": torchrl_sac(data)}
+        for run in learners.values():
+            run(args.warmup)
+        samples: dict[str, list[float]] = {name: [] for name in learners}
+        for _ in range(args.repeats):
+            for name, run in learners.items():
+                samples[name].append(rate(run, args.updates))
+        med = {name: statistics.median(v) for name, v in samples.items()}
+        row: dict[str, Any] = {f"{name}_updates_per_s": round(v, 1) for name, v in med.items()}
+        row["fp32_vs_sb3"] = round(med["ours_fp32"] / med["sb3"], 3)
+        row["fp32_vs_torchrl"] = round(med["ours_fp32"] / med["torchrl"], 3)
+        if bf16:
+            row["bf16_vs_sb3"] = round(med["ours_bf16"] / med["sb3"], 3)
+            row["bf16_vs_torchrl"] = round(med["ours_bf16"] / med["torchrl"], 3)
+        row["obs_dim"], row["act_dim"] = obs_dim, act_dim
+        results[size] = row
+    met = {
+        key: all(r[key] >= target for r in results.values()) if all(key in r for r in results.values()) else None
+        for key, target in TARGETS.items()
+    }
+    import stable_baselines3
+
+    print(json.dumps({
+        "benchmark": "sac_update_throughput", "device": "cpu", "threads": args.threads, "batch_size": BATCH,
+        "hidden_sizes": HIDDEN, "repeats": args.repeats, "updates_per_measurement": args.updates,
+        "bf16_supported": bf16, "results": results, "targets": TARGETS, "targets_met": met,
+        "torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__,
+        "cpu": platform.processor() or platform.machine(), "wall_s": round(time.perf_counter() - started, 1),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Network building blocks shared by the learners and the dynamics ensemble.
+
+* :func:`mlp` — a plain ``nn.Linear`` stack (the actor's trunk).
+* :class:`BatchedLinear` / :class:`BatchedMLP` — ``members`` independent
+  networks whose weights are shaped ``[members, in, out]`` and run as ONE
+  ``torch.baddbmm`` per layer (mbrl-lib's ``EnsembleLinearLayer`` idea): the
+  twin critics (members=2) and, later, the dynamics ensemble (7 members, 4x200
+  SiLU) cost one kernel per layer instead of one per member.
+* :class:`TanhGaussianActor` — the SAC policy: a Gaussian squashed by tanh,
+  returning action and log-prob from the same pre-tanh draw in one pass.
+* :func:`bf16_autocast_supported` — whether bf16 autocast is real on a device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = [
+    "mlp",
+    "BatchedLinear",
+    "BatchedMLP",
+    "TanhGaussianActor",
+    "squashed_gaussian_sample",
+    "LOG_STD_MIN",
+    "LOG_STD_MAX",
+    "bf16_autocast_supported",
+]
+
+# Hard clamp of the actor's log-std, as in the SAC authors' softlearning code (which MBPO
+# builds on) and Stable-Baselines3. torchrl's TanhNormal takes the resulting scale as is,
+# so its SACLoss is an exact oracle for this parametrisation.
+LOG_STD_MIN = -20.0
+LOG_STD_MAX = 2.0
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
+
+
+def mlp(
+    in_dim: int, hidden_sizes: list[int] | tuple[int, ...], out_dim: int, activation: type[nn.Module] = nn.ReLU
+) -> nn.Sequential:
+    """``Linear -> activation`` for each hidden size, then a linear output layer."""
+    layers: list[nn.Module] = []
+    for width in hidden_sizes:
+        layers += [nn.Linear(in_dim, width), activation()]
+        in_dim = width
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class BatchedLinear(nn.Module):
+    """``members`` independent affine maps, ``y[m] = x[m] @ weight[m] + bias[m]``, in one baddbmm.
+
+    ``weight`` is ``[members, in, out]`` (note: the transpose of ``nn.Linear``'s
+    ``[out, in]``, so the matmul needs no transpose) and ``bias`` is
+    ``[members, 1, out]``. Each member is initialised like ``nn.Linear``.
+    """
+
+    def __init__(self, members: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        if members < 1 or in_features < 1 or out_features < 1:
+            raise ValueError(
+                f"BatchedLinear needs positive sizes, got members={members}, "
+                f"in_features={in_features}, out_features={out_features}"
+            )
+        self.members = members
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_features))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """nn.Linear's default: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)), per member."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        self.weight.uniform_(-bound, bound)
+        self.bias.uniform_(-bound, bound)
+
+    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """``x`` is ``[members, B, in]`` (one batch per member) or ``[B, in]`` (shared by all).
+
+        ``detach_params=True`` uses the weights as constants: gradients still flow to
+        ``x`` but not to the parameters (SAC's actor loss through the critics).
+        """
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.members, -1, -1)
+        return torch.baddbmm(bias, x, weight)
+
+    def extra_repr(self) -> str:
+        return f"members={self.members}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+class BatchedMLP(nn.Module):
+    """``members`` independent MLPs of the same shape evaluated together; output ``[members, B, out]``."""
+
+    def __init__(
+        self,
+        members: int,
+        in_dim: int,
+        hidden_sizes: list[int] | tuple[int, ...],
+        out_dim: int,
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        sizes = [in_dim, *hidden_sizes, out_dim]
+        self.members = members
+        self.layers = nn.ModuleList(BatchedLinear(members, i, o) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.activation = activation()
+
+    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """``x``: ``[members, B, in]`` or ``[B, in]`` (shared); see :meth:`BatchedLinear.forward`."""
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, detach_params)
+            if i < last:
+                x = self.activation(x)
+        return x
+
+
+def squashed_gaussian_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterised tanh-Gaussian draw ``tanh(mean + std * eps)`` and its log-prob, ``(..., A)`` -> ``(..., )``.
+
+    The log-prob is scored on the pre-tanh value (never via atanh of the action,
+    which is wrong once tanh saturates), with the tanh Jacobian in the stable form
+    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))`` (torch's TanhTransform).
+    ``log N(u; mean, std) = -eps^2/2 - log_std - log(2 pi)/2`` since ``u - mean = std * eps``.
+    """
+    u = mean + log_std.exp() * eps
+    log_prob = -0.5 * eps.square() - log_std - _HALF_LOG_2PI - 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
+    return torch.tanh(u), log_prob.sum(-1)
+
+
+class TanhGaussianActor(nn.Module):
+    """SAC policy: an MLP giving mean and log-std of a Gaussian, squashed to ``[-1, 1]`` by tanh.
+
+    Actions live in ``[-1, 1]``; mapping to the env's Box bounds is the agent's job
+    (so the critics see normalised actions whatever the env's scale).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden_sizes: list[int] | tuple[int, ...],
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.act_dim = act_dim
+        self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, log_std)``, each ``(B, act_dim)``, float32 even under bf16 autocast.
+
+        The distribution maths (exp, softplus, the log-prob sum) stays in fp32: bf16
+        there would cost entropy-tuning accuracy and save nothing measurable.
+        """
+        mean, log_std = self.net(obs).float().chunk(2, dim=-1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action in ``[-1, 1]`` ``(B, act_dim)`` and its log-prob ``(B,)`` for noise ``eps ~ N(0, I)``."""
+        mean, log_std = self(obs)
+        return squashed_gaussian_sample(mean, log_std, eps)
+
+
+def bf16_autocast_supported(device: torch.device | str) -> bool:
+    """Whether bf16 autocast runs natively on ``device`` (not emulated at fp32 speed or worse).
+
+    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: oneDNN must be built in and the
+    CPU must have bf16 instructions (AVX512-BF16 / AMX), else oneDNN falls back to
+    slow conversions. Other device types: not supported here.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False

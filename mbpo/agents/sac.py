@@ -1,0 +1,411 @@
+"""Soft Actor-Critic with a fused, sync-free update: MBPO's hot path (~20 updates per env step).
+
+Same objective as torchrl's ``SACLoss`` (v2: no value net, twin critics, ``l2``
+critic loss summed over the two critics, automatic entropy tuning), which is
+its test oracle (tests/agents/test_sac.py). What this file adds is speed and
+learner bookkeeping:
+
+* **Fused update.** Every forward runs once: actor on ``obs`` (with grad) and
+  on ``next_obs`` (no grad), the twin critics (one ``[2, in, out]`` batched
+  network) on ``(obs, batch action)`` and on ``(obs, new action)``, the target
+  critics on ``(next_obs, next action)``. The actor loss sees the critics
+  through detached weights, so ONE backward of ``critic + actor + alpha`` loss
+  gives each parameter exactly its own loss's gradient — the same gradients
+  torchrl's summed loss gives — and the three Adam steps follow.
+* **No host sync per update.** A non-finite loss or gradient must skip the
+  step, but checking it on the host would stall a CUDA stream every update.
+  Instead the finite flag stays on the device and is handed to the fused Adam
+  kernels as ``found_inf`` (the mechanism ``GradScaler`` uses: the kernel
+  leaves weights, moments and step count untouched), and the target lerp
+  weight is ``tau * finite``. Counters and metrics accumulate on the device; the
+  host reads them only when asked (``num_updates``, metric values, ``pop_metrics``).
+* Actions: the actor works in ``[-1, 1]``; ``act()`` maps to the env's Box
+  bounds and ``update()`` maps the buffer's env-scale actions back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from mbpo.agents.networks import BatchedMLP, TanhGaussianActor, bf16_autocast_supported
+from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.config import SACConfig
+
+__all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
+
+METRIC_NAMES = (
+    "loss_critic",
+    "loss_actor",
+    "loss_alpha",
+    "alpha",
+    "q_mean",
+    "entropy",
+    "grad_norm_critic",
+    "grad_norm_actor",
+    "grad_norm_alpha",
+)
+"""Per-update metrics, in the order of the on-device metric vector. Grad norms are before clipping."""
+
+_SNAPSHOT_KEYS = ("actor", "critic", "target_critic", "log_alpha", "num_updates")
+
+
+class UpdateMetrics(Mapping[str, float]):
+    """``update()``'s metrics: a read-only ``{name: float}`` that syncs with the device only when read.
+
+    Reading any value copies the whole metric vector to the host once (one sync);
+    a caller that ignores the metrics (or uses :meth:`SAC.pop_metrics` every few
+    hundred updates) never waits for the device. ``skipped`` is 1.0 if this
+    update's step was skipped for a non-finite loss or gradient.
+    """
+
+    __slots__ = ("_values", "_floats")
+    _names = (*METRIC_NAMES, "skipped")
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self._values = values
+        self._floats: dict[str, float] | None = None
+
+    def _host(self) -> dict[str, float]:
+        if self._floats is None:
+            self._floats = dict(zip(self._names, self._values.tolist()))
+        return self._floats
+
+    def __getitem__(self, key: str) -> float:
+        return self._host()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"UpdateMetrics({self._host()})"
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """Deep copy with every tensor detached and on CPU (snapshots and checkpoints never hold CUDA)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+class SAC:
+    """Soft Actor-Critic learner implementing :class:`mbpo.agents.base.Agent`.
+
+    ``update`` runs on ``device``; ``act`` runs on a CPU replica of the actor so
+    collectors never touch the learner's device. Updates draw their
+    reparameterisation noise from a ``torch.Generator`` on ``device`` seeded with
+    ``seed``; ``act`` draws from a separate CPU generator (seed + 1), so acting
+    never perturbs the learner's random stream.
+    """
+
+    def __init__(
+        self,
+        config: SACConfig,
+        observation_space: gym.spaces.Box,
+        action_space: gym.spaces.Box,
+        device: torch.device | str,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+            raise TypeError(
+                f"SAC needs a flat Box action space, got {action_space}; use agent.name=dqn for Discrete actions"
+            )
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ValueError(
+                f"SAC squashes actions into the Box bounds, which must be finite; got low={action_space.low}, "
+                f"high={action_space.high} (wrap the env to rescale actions to finite bounds)"
+            )
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise TypeError(f"SAC needs a flat Box observation space, got {observation_space}")
+        self.config = config
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            # "cuda" -> "cuda:N" so device checks compare equal with the tensors' own devices.
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"SAC runs on cpu or cuda (fused Adam), got device {self.device}")
+        if config.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision={config.precision!r} is not allowed; expected fp32 or bf16")
+        if config.precision == "bf16" and not bf16_autocast_supported(self.device):
+            raise ValueError(
+                f"precision=bf16 was requested but device {self.device} has no native bf16 support "
+                f"({_bf16_hint(self.device)}); set agent.sac.precision=fp32"
+            )
+        self.obs_dim = int(observation_space.shape[0])
+        self.act_dim = int(action_space.shape[0])
+        self.target_entropy = float(-self.act_dim if config.target_entropy is None else config.target_entropy)
+
+        # env bounds <-> [-1, 1]: action = bias + scale * squashed.
+        low = torch.as_tensor(action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        self._low_cpu, self._high_cpu = low, high
+        self._scale_cpu, self._bias_cpu = (high - low) / 2, (high + low) / 2
+        self._scale = self._scale_cpu.to(self.device)
+        self._bias = self._bias_cpu.to(self.device)
+
+        # Seed the init locally (CPU generator only) so building an agent never moves any global RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes)
+            critic = BatchedMLP(2, self.obs_dim + self.act_dim, config.hidden_sizes, 1)
+        self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
+        self.actor = actor.to(self.device).train()
+        self.critic = critic.to(self.device).train()
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False).train()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.target_critic.parameters())
+        self._actor_params = list(self.actor.parameters())
+        self._make_optimizers()
+
+        self.generator = torch.Generator(self.device).manual_seed(seed)
+        self.act_generator = torch.Generator("cpu").manual_seed(seed + 1)
+        # [applied, skipped] since construction, and metric sums + [applied, skipped] since pop_metrics().
+        self._counts = torch.zeros(2, dtype=torch.int64, device=self.device)
+        self._metric_acc = torch.zeros(len(METRIC_NAMES) + 2, device=self.device)
+        self._counts_host: tuple[int, int] | None = (0, 0)
+        # Bumped by every update() / load; the replica refreshes when it differs (no sync needed).
+        self._weights_version = 0
+        self._replica_version = 0
+        self._weights_lock = threading.Lock()  # learner weights mutate vs. the replica copies them
+        self._act_lock = threading.Lock()  # act() callers share one replica
+
+    # --- counters (device-side; reading them is the sync) ---------------------------------------
+    def _host_counts(self) -> tuple[int, int]:
+        if self._counts_host is None:
+            applied, skipped = self._counts.tolist()
+            self._counts_host = (int(applied), int(skipped))
+        return self._counts_host
+
+    @property
+    def num_updates(self) -> int:
+        """Applied gradient updates (skipped ones excluded); reading it waits for queued updates."""
+        return self._host_counts()[0]
+
+    @property
+    def num_skipped_updates(self) -> int:
+        """Updates whose loss or gradient was non-finite, so no optimizer or target step happened."""
+        return self._host_counts()[1]
+
+    def _set_counts(self, applied: int, skipped: int) -> None:
+        self._counts.copy_(torch.tensor([applied, skipped], dtype=torch.int64))
+        self._counts_host = (applied, skipped)
+
+    def _make_optimizers(self) -> None:
+        """Fresh Adam states (fused kernels: fast, and they honour ``found_inf`` without a host sync)."""
+        c = self.config
+        self.actor_optim = torch.optim.Adam(self._actor_params, lr=c.actor_lr, fused=True)
+        self.critic_optim = torch.optim.Adam(self._critic_params, lr=c.critic_lr, fused=True)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, fused=True)
+
+    def _optimizers(self) -> tuple[tuple[torch.optim.Adam, list[torch.Tensor]], ...]:
+        return (
+            (self.critic_optim, self._critic_params),
+            (self.actor_optim, self._actor_params),
+            (self.alpha_optim, [self.log_alpha]),
+        )
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.config.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # --- acting ---------------------------------------------------------------------------------
+    def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """Float32 ``(N, act_dim)`` CPU actions in the env's bounds; ``explore=False`` is ``tanh(mean)``."""
+        if obs.device.type != "cpu" or obs.dim() != 2 or obs.shape[1] != self.obs_dim:
+            raise ValueError(
+                f"act() wants CPU obs of shape (N, {self.obs_dim}); got {tuple(obs.shape)} on {obs.device} "
+                "(collectors act on CPU: pass obs.cpu())"
+            )
+        with self._act_lock, torch.no_grad():
+            if self._replica_version != self._weights_version:
+                with self._weights_lock:
+                    version = self._weights_version
+                    self._replica.load_state_dict(self.actor.state_dict())  # copies into the CPU tensors
+                self._replica_version = version
+            mean, log_std = self._replica(obs.float())
+            if explore:
+                eps = torch.randn(mean.shape, generator=self.act_generator)
+                squashed = torch.tanh(mean + log_std.exp() * eps)
+            else:
+                squashed = torch.tanh(mean)
+            return torch.clamp(self._bias_cpu + self._scale_cpu * squashed, self._low_cpu, self._high_cpu)
+
+    # --- learning -------------------------------------------------------------------------------
+    def _noise(self, batch_size: int) -> torch.Tensor:
+        """Reparameterisation noise ``[2, B, act_dim]``: ``[0]`` for ``obs``, ``[1]`` for ``next_obs``."""
+        return torch.randn((2, batch_size, self.act_dim), generator=self.generator, device=self.device)
+
+    def _check_batch(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The five transition tensors; shapes and devices checked on the host (no sync)."""
+        try:
+            obs, action, reward, next_obs, terminated = (batch[k] for k in (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED))
+        except KeyError as exc:
+            raise KeyError(f"SAC.update() needs batch keys {OBS, ACTION, REWARD, NEXT_OBS, TERMINATED}; {exc}") from None
+        b = obs.shape[0]
+        expected = {OBS: (b, self.obs_dim), ACTION: (b, self.act_dim), REWARD: (b,), NEXT_OBS: (b, self.obs_dim),
+                    TERMINATED: (b,)}  # fmt: skip
+        for key, tensor in zip(expected, (obs, action, reward, next_obs, terminated)):
+            if tuple(tensor.shape) != expected[key]:
+                raise ValueError(f"batch[{key!r}] has shape {tuple(tensor.shape)}, expected {expected[key]}")
+            if tensor.device != self.device:
+                raise ValueError(
+                    f"batch[{key!r}] is on {tensor.device} but the SAC learner is on {self.device}; "
+                    "store the replay buffer on the learner's device"
+                )
+        return obs, action, reward, next_obs, terminated
+
+    def update(self, batch: Mapping[str, torch.Tensor]) -> UpdateMetrics:
+        """One fused SAC update from an env-scale batch on ``device`` (keys in mbpo.buffers).
+
+        Returns :class:`UpdateMetrics` (a ``Mapping[str, float]`` that syncs only when
+        read). A non-finite loss or gradient skips every optimizer and target step
+        of this update and counts it in ``num_skipped_updates``.
+        """
+        obs, action, reward, next_obs, terminated = self._check_batch(batch)
+        if not (self.actor.training and self.critic.training):
+            self.actor.train()
+            self.critic.train()
+        c = self.config
+        action = (action - self._bias) / self._scale  # env bounds -> [-1, 1], the actor's space
+        eps = self._noise(obs.shape[0])
+        log_alpha = self.log_alpha
+        alpha = log_alpha.detach().exp()
+        with self._autocast():
+            with torch.no_grad():  # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
+                next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
+                next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).float().squeeze(-1)
+                next_v = next_q.min(0).values - alpha * next_log_prob
+                target = reward + c.gamma * (1.0 - terminated.float()) * next_v
+            q = self.critic(torch.cat((obs, action), -1)).float().squeeze(-1)  # [2, B]
+            # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
+            loss_critic = (q - target).square().sum(0).mean()
+            new_action, log_prob = self.actor.sample(obs, eps[0])
+            q_new = self.critic(torch.cat((obs, new_action), -1), detach_params=True).float().squeeze(-1)
+            loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
+            loss_alpha = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+
+        for optim, _ in self._optimizers():
+            optim.zero_grad(set_to_none=True)
+        (loss_critic + loss_actor + loss_alpha).backward()
+        norms = [self._clip(params) for _, params in self._optimizers()]
+        losses = torch.stack((loss_critic, loss_actor, loss_alpha)).detach()
+        grad_norms = torch.stack(norms)
+        finite = torch.isfinite(losses).all() & torch.isfinite(grad_norms).all()
+        found_inf = (~finite).float()
+        with self._weights_lock:
+            for optim, _ in self._optimizers():
+                optim.found_inf = found_inf  # read by the fused Adam kernel: skip the whole step if 1
+                optim.step()
+            # Polyak with torch._foreach_lerp_: torchrl's SoftUpdate needs a LossModule holding
+            # TensorDictParams, which this plain-module design does not have; lerp_ on the
+            # parameter lists is the same update (target += tau * (online - target)) in one
+            # kernel per list, and its tensor weight tau * finite makes a skipped update a no-op.
+            weight = finite.float().mul(c.tau)
+            torch._foreach_lerp_(self._target_params, self._critic_params, [weight] * len(self._target_params))
+            self._weights_version += 1
+        applied = torch.stack((finite, ~finite)).to(torch.int64)
+        self._counts.add_(applied)
+        self._counts_host = None
+        with torch.no_grad():
+            values = torch.cat((
+                losses, alpha.reshape(1), q.detach().mean().reshape(1), -log_prob.detach().mean().reshape(1), grad_norms
+            ))  # fmt: skip
+            self._metric_acc.add_(torch.cat((torch.where(finite, values, 0.0), applied.float())))
+        return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
+
+    def _clip(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """Total grad norm before clipping; clips in place to ``max_grad_norm`` unless it is 0 (no sync either way)."""
+        if self.config.max_grad_norm > 0:
+            return nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
+        return nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means of the metrics over the updates applied since the last call, plus ``updates``/``skipped``
+        counts; one host sync. Empty means (no applied update) are NaN."""
+        acc = self._metric_acc.tolist()
+        self._metric_acc.zero_()
+        applied, skipped = acc[-2], acc[-1]
+        means = {name: (v / applied if applied else float("nan")) for name, v in zip(METRIC_NAMES, acc)}
+        return {**means, "updates": int(applied), "skipped": int(skipped)}
+
+    # --- state ----------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Publishable CPU state (deep copies): actor, critic, target critic, log_alpha, num_updates."""
+        with self._weights_lock:
+            return {
+                "actor": _cpu_copy(self.actor.state_dict()),
+                "critic": _cpu_copy(self.critic.state_dict()),
+                "target_critic": _cpu_copy(self.target_critic.state_dict()),
+                "log_alpha": _cpu_copy(self.log_alpha),
+                "num_updates": self.num_updates,
+            }
+
+    @torch.no_grad()
+    def load_snapshot(self, snapshot: Mapping[str, Any]) -> None:
+        """Load weights and ``num_updates``; the Adam states are re-created so they match the new weights."""
+        missing = [k for k in _SNAPSHOT_KEYS if k not in snapshot]
+        if missing:
+            raise KeyError(f"not a SAC snapshot: missing {missing} (expected keys {list(_SNAPSHOT_KEYS)})")
+        with self._weights_lock:
+            self.actor.load_state_dict(snapshot["actor"])
+            self.critic.load_state_dict(snapshot["critic"])
+            self.target_critic.load_state_dict(snapshot["target_critic"])
+            self.log_alpha.copy_(torch.as_tensor(snapshot["log_alpha"]))
+            self._make_optimizers()
+            self._set_counts(int(snapshot["num_updates"]), self.num_skipped_updates)
+            self._weights_version += 1
+        self.actor.train()
+        self.critic.train()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Snapshot + optimizer states + generator states + counters: a bit-exact resume point (CPU only)."""
+        return {
+            **self.snapshot(),
+            "num_skipped_updates": self.num_skipped_updates,
+            "actor_optim": _cpu_copy(self.actor_optim.state_dict()),
+            "critic_optim": _cpu_copy(self.critic_optim.state_dict()),
+            "alpha_optim": _cpu_copy(self.alpha_optim.state_dict()),
+            "generator": self.generator.get_state(),
+            "act_generator": self.act_generator.get_state(),
+            "metric_acc": _cpu_copy(self._metric_acc),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.load_snapshot(state)
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.alpha_optim.load_state_dict(state["alpha_optim"])
+        self.generator.set_state(state["generator"])
+        self.act_generator.set_state(state["act_generator"])
+        self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
+        self._metric_acc.copy_(state["metric_acc"])
+
+
+def _bf16_hint(device: torch.device) -> str:
+    if device.type == "cpu":
+        return (
+            f"mkldnn available={torch.backends.mkldnn.is_available()}, "
+            "CPU bf16 instructions (AVX512-BF16/AMX) not found"
+        )
+    if device.type == "cuda":
+        return "torch.cuda.is_bf16_supported() is False (bf16 needs compute capability 8.0+)"
+    return f"bf16 autocast is only enabled for cpu and cuda here, not {device.type}"

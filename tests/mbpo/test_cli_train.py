@@ -1,0 +1,61 @@
+"""`python -m mbpo train|eval|resume|plot` end to end on a tiny run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mbpo import cli
+from mbpo.metrics import read_metrics
+
+pytestmark = pytest.mark.timeout(120)
+
+TINY = ["device=cpu", "progress=false", "total_env_steps=300", "eval_every=150", "eval_episodes=2",
+        "log_every=150", "agent.learning_starts=100", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
+        "checkpoint.every=150", "checkpoint.keep=1"]
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_train_eval_resume_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={run}", *TINY]) == 0
+    assert last_json(capsys.readouterr().out)["env_steps"] == 300
+    assert (run / "config.yaml").read_text().count("total_env_steps: 300") == 1
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["ckpt_000000000300.pt"]  # keep=1
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300"]
+
+    assert cli.main(["eval", "--checkpoint", str(run / "checkpoints/ckpt_000000000300.pt"), "--episodes", "3"]) == 0
+    result = last_json(capsys.readouterr().out)
+    assert result["episodes"] == 3 and result["env_steps"] == 300 and result["mean_return"] < 0
+
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    assert last_json(capsys.readouterr().out)["env_steps"] == 450
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300", "450"]
+    assert "total_env_steps: 450" in (run / "config.yaml").read_text()
+
+    assert cli.main(["plot", str(run)]) == 0
+    png = Path(capsys.readouterr().out.strip())
+    assert png == run / "learning_curve.png" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_train_refuses_to_overwrite_a_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert cli.main(["train", f"run_dir={run}", *TINY, "total_env_steps=150"]) == 0
+    with pytest.raises(SystemExit, match="already holds a run"):
+        cli.main(["train", f"run_dir={run}", *TINY])
+
+
+def test_config_errors_exit_2_with_the_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["train", "env.num_envs=0"]) == 2
+    assert "env.num_envs=0 is out of range" in capsys.readouterr().err
+
+
+def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help-config"]) == 0
+    out = capsys.readouterr().out
+    assert "agent.utd_ratio = 1.0\n    Gradient updates per collected env transition" in out
