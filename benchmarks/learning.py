@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import tempfile
 import time
 from typing import Any
@@ -34,7 +35,8 @@ def run_seed(task: dict[str, Any], seed: int, extra: list[str]) -> dict[str, Any
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(task["config"], [
             f"seed={seed}", "device=cpu", f"total_env_steps={task['budget']}", f"eval_every={task['eval_every']}",
-            f"run_dir={run_dir}", "progress=false", f"checkpoint.every={task['budget']}", *extra,
+            f"run_dir={run_dir}", "progress=false", f"checkpoint.every={task['budget']}",
+            f"torch_threads={torch.get_num_threads()}", *extra,
         ])
         start = time.perf_counter()
         SyncTrainer(config, run_dir).run()
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="SAC update precision")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # torchrl logs to stdout: keep it one JSON line
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {"benchmark": "learning", "torch_threads": args.threads}
     for name, task in TASKS.items():

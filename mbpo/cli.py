@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = [a for a in argv if a == "--debug"]
         argv = flags + ["train"] + [a for a in argv if a != "--debug"]  # default: train the default config
     args = build_parser().parse_args(argv)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # its INFO lines would break the progress bar
     if args.help_config:
         for key, default, doc in describe():
             print(f"{key} = {default}\n    {doc}")

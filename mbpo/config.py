@@ -100,6 +100,50 @@ class AgentConfig:
 
 
 @dataclass
+class ModelConfig:
+    enabled: bool = False
+    """MBPO on: learn a dynamics ensemble and train the agent mostly on branched model rollouts."""
+    ensemble_size: int = 7
+    """Members of the probabilistic dynamics ensemble."""
+    num_elites: int = 5
+    """Members with the lowest holdout loss that generate rollouts."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [200, 200, 200, 200])
+    """Hidden layer widths of each member."""
+    activation: str = "swish"
+    """Hidden activation: swish (SiLU, the paper's) or relu."""
+    lr: float = 1e-3
+    """Adam learning rate of the ensemble."""
+    weight_decay: list[float] = field(default_factory=lambda: [2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4])
+    """L2 penalty per layer, input layer first (one per hidden layer plus the output layer)."""
+    logvar_bound_penalty: float = 0.01
+    """Weight of the penalty on the learned log-variance bounds (max_logvar - min_logvar)."""
+    batch_size: int = 256
+    """Transitions per ensemble gradient step."""
+    holdout_ratio: float = 0.2
+    """Fraction of the real data held out to measure the models (capped by max_holdout)."""
+    max_holdout: int = 5000
+    """Largest holdout set, in transitions."""
+    patience: int = 5
+    """Early stopping: epochs without a 1% holdout improvement of any member before training stops."""
+    max_epochs: int = 0
+    """Cap on training epochs per model training; 0 = until early stopping."""
+    train_freq: int = 250
+    """model_train_freq: real transitions between model trainings (summed over num_envs)."""
+    rollouts_per_real: float = 400.0
+    """Branched rollouts started per real transition (paper: 100,000 starts every 250 steps)."""
+    rollout_schedule: list[int] = field(default_factory=lambda: [20, 100, 1, 1])
+    """[start_epoch, end_epoch, start_len, end_len]: rollout length grows linearly between the epochs."""
+    epoch_length: int = 1000
+    """Real transitions per MBPO epoch (the unit of rollout_schedule and retain_epochs)."""
+    retain_epochs: int = 1
+    """The model buffer holds the rollouts of this many epochs."""
+    real_ratio: float = 0.05
+    """Fraction of real transitions in each policy batch; the rest comes from the model buffer."""
+    learned_termination: bool = False
+    """Learn a termination head even where a known termination function exists."""
+
+
+@dataclass
 class CheckpointConfig:
     every: int = 10_000
     """Env transitions between checkpoints (a final one is always written)."""
@@ -131,11 +175,14 @@ class Config:
     """The training env (evaluation builds a separate one of the same id)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The learner."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The dynamics ensemble and branched rollouts (MBPO); model.enabled=false gives the plain learner."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpointing."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
+    "model.activation": ("swish", "relu"),
     "agent.name": ("sac", "dqn"),
     "agent.sac.precision": ("fp32", "bf16"),
 }
@@ -166,6 +213,20 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "agent.dqn.epsilon_end": (0, 1, True),
     "agent.dqn.epsilon_decay_updates": (1, None, True),
     "agent.dqn.max_grad_norm": (0, None, True),
+    "model.ensemble_size": (1, None, True),
+    "model.num_elites": (1, None, True),
+    "model.lr": (0, None, False),
+    "model.logvar_bound_penalty": (0, None, True),
+    "model.batch_size": (1, None, True),
+    "model.holdout_ratio": (0, 1, False),
+    "model.max_holdout": (1, None, True),
+    "model.patience": (1, None, True),
+    "model.max_epochs": (0, None, True),
+    "model.train_freq": (1, None, True),
+    "model.rollouts_per_real": (0, None, True),
+    "model.epoch_length": (1, None, True),
+    "model.retain_epochs": (1, None, True),
+    "model.real_ratio": (0, 1, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
 }
@@ -219,7 +280,18 @@ def _validate(config: Config) -> None:
             raise ConfigError(
                 f"{key}={value!r} is out of range; expected a value in {'[' if low_inclusive else '('}{lo}, {hi}]"
             )
-    for key in ("agent.sac.hidden_sizes", "agent.dqn.hidden_sizes"):
+    if config.model.num_elites > config.model.ensemble_size:
+        raise ConfigError(f"model.num_elites={config.model.num_elites} is out of range; expected at most "
+                          f"model.ensemble_size={config.model.ensemble_size}")
+    m = config.model
+    if len(m.weight_decay) != len(m.hidden_sizes) + 1 or any(w < 0 for w in m.weight_decay):
+        raise ConfigError(f"model.weight_decay={m.weight_decay!r} is not allowed; expected "
+                          f"{len(m.hidden_sizes) + 1} non-negative values (one per hidden layer plus the output)")
+    s0, s1, l0, l1 = (m.rollout_schedule + [0, 0, 0, 0])[:4]
+    if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
+        raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "
+                          "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
+    for key in ("agent.sac.hidden_sizes", "agent.dqn.hidden_sizes", "model.hidden_sizes"):
         sizes = _get(config, key)
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
