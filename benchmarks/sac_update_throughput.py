@@ -6,7 +6,7 @@ targets, one intra-op thread, CPU. Sizes: Pendulum (obs 3, act 1) and
 HalfCheetah (obs 17, act 6). Each update includes sampling its batch from a
 filled replay buffer, as in training:
 
-* ours: ``mbpo.agents.sac.SAC.update(buffer.sample())`` on the project's
+* ours: ``mbpo.agents.sac.SAC.update(buffer.sample(batch_size=256))`` on the project's
   replay buffer (torchrl ``LazyTensorStorage``); metrics are not read (the
   trainer reads averages every few hundred updates), so no host sync.
 * SB3: ``stable_baselines3.SAC.train(gradient_steps=K, batch_size=256)`` on its
@@ -82,12 +82,12 @@ def ours(data: dict[str, torch.Tensor], precision: str) -> Callable[[int], None]
         seed=0,
     )
     n = data["obs"].shape[0]
-    buffer = make_replay_buffer(n, "cpu", BATCH, torch.Generator().manual_seed(0))
+    buffer = make_replay_buffer(n, "cpu", torch.Generator().manual_seed(0))
     buffer.extend(transitions(**data))
 
     def run(k: int) -> None:
         for _ in range(k):
-            agent.update(buffer.sample())
+            agent.update(buffer.sample(batch_size=BATCH))
 
     return run
 

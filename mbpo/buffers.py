@@ -20,24 +20,26 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
-__all__ = ["OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "TRANSITION_KEYS", "make_replay_buffer", "transitions"]
+__all__ = [
+    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "TRANSITION_KEYS",
+    "ModelBuffer", "make_replay_buffer", "transitions",
+]
 
 OBS = "obs"
 ACTION = "action"
 REWARD = "reward"
 NEXT_OBS = "next_obs"
 TERMINATED = "terminated"
+MODEL_VERSION = "model_version"
+"""int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
 
 
-def make_replay_buffer(
-    capacity: int, device: torch.device | str, batch_size: int, generator: torch.Generator
-) -> ReplayBuffer:
-    """A uniform replay buffer of ``capacity`` transitions stored on ``device``."""
+def make_replay_buffer(capacity: int, device: torch.device | str, generator: torch.Generator) -> ReplayBuffer:
+    """A uniform replay buffer of ``capacity`` transitions stored on ``device``; ``sample(batch_size=B)``."""
     return ReplayBuffer(
         storage=LazyTensorStorage(capacity, device=torch.device(device)),
         sampler=RandomSampler(),
-        batch_size=batch_size,
         generator=generator,
     )
 
@@ -55,3 +57,66 @@ def transitions(
         batch_size=[obs.shape[0]],
         device=obs.device,
     )
+
+
+class ModelBuffer:
+    """Ring buffer of model-generated transitions whose capacity follows the rollout length.
+
+    MBPO sizes this buffer to hold ``retain_epochs`` epochs of rollouts, so its
+    capacity changes whenever the rollout length does, keeping the newest data.
+    torchrl's storages cannot be resized, hence this small ring of our own.
+    """
+
+    def __init__(self, capacity: int, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.capacity = int(capacity)
+        self._data: TensorDict | None = None
+        self._cursor = 0  # next write position
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, batch: TensorDict) -> None:
+        """Append ``batch`` (on ``device``); the oldest transitions are overwritten when full."""
+        n = batch.shape[0]
+        if n == 0:
+            return
+        if self._data is None:
+            self._data = batch[:1].expand(self.capacity).clone().to(self.device)
+        if n >= self.capacity:
+            batch, n = batch[n - self.capacity:], self.capacity
+        idx = (torch.arange(n, device=self.device) + self._cursor) % self.capacity
+        self._data[idx] = batch
+        self._cursor = (self._cursor + n) % self.capacity
+        self._size = min(self._size + n, self.capacity)
+
+    def newest(self, n: int) -> TensorDict:
+        """The ``n`` most recent transitions, oldest first."""
+        n = min(n, self._size)
+        idx = (torch.arange(n, device=self.device) + self._cursor - n) % self.capacity
+        return self._data[idx]
+
+    def resize(self, capacity: int) -> None:
+        """Change the capacity, keeping the newest transitions that fit."""
+        capacity = int(capacity)
+        if capacity == self.capacity:
+            return
+        kept = self.newest(min(self._size, capacity)) if self._data is not None else None
+        self.capacity, self._data, self._cursor, self._size = capacity, None, 0, 0
+        if kept is not None:
+            self.add(kept)
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> TensorDict:
+        if self._size == 0:
+            raise RuntimeError("the model buffer is empty: no model rollout has been stored yet")
+        idx = torch.randint(self._size, (batch_size,), generator=generator, device=self.device)
+        return self._data[idx]
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "cursor": self._cursor, "size": self._size,
+                "data": None if self._data is None else self._data.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity, self._cursor, self._size = state["capacity"], state["cursor"], state["size"]
+        self._data = None if state["data"] is None else state["data"].to(self.device)

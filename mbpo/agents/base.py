@@ -33,6 +33,9 @@ class Agent(Protocol):
         the env's action bounds, float32 ``(N, act_dim)``; discrete int64 ``(N,)``.
         """
 
+    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Exploring actions for model rollouts, on ``device`` from the learner's own networks (no grad)."""
+
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
 

@@ -136,6 +136,15 @@ class DQN:
         random_actions = torch.randint(self.num_actions, (n,), generator=self.act_generator)
         return torch.where(coin < self.epsilon, random_actions, greedy)
 
+    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Epsilon-greedy int64 actions for model rollouts from the learner's own net on its device."""
+        with torch.no_grad():
+            greedy = self.q_net(obs).argmax(dim=-1)
+        n = obs.shape[0]
+        coin = torch.rand(n, generator=generator, device=obs.device)
+        random_actions = torch.randint(self.num_actions, (n,), generator=generator, device=obs.device)
+        return torch.where(coin < self.epsilon, random_actions, greedy)
+
     # --- learning ----------------------------------------------------------------------------
     def _loss_input(self, batch: TensorDictBase) -> TensorDict:
         """Our buffer keys -> DQNLoss's layout. ``done`` mirrors ``terminated``: TD(0) bootstraps

@@ -248,6 +248,13 @@ class SAC:
                 squashed = torch.tanh(mean)
             return torch.clamp(self._bias_cpu + self._scale_cpu * squashed, self._low_cpu, self._high_cpu)
 
+    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Exploring actions for model rollouts: the learner's own actor on its device, env bounds, no grad."""
+        with torch.no_grad(), self._autocast():
+            eps = torch.randn((obs.shape[0], self.act_dim), generator=generator, device=self.device)
+            squashed, _ = self.actor.sample(obs, eps)
+        return torch.clamp(self._bias + self._scale * squashed.float(), self._bias - self._scale, self._bias + self._scale)
+
     # --- learning -------------------------------------------------------------------------------
     def _noise(self, batch_size: int) -> torch.Tensor:
         """Reparameterisation noise ``[2, B, act_dim]``: ``[0]`` for ``obs``, ``[1]`` for ``next_obs``."""

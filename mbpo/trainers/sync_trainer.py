@@ -56,8 +56,7 @@ class SyncTrainer:
         self.eval_env = envs.make(config.env.id, config.eval_episodes, device=device, seed=config.seed + 1)
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device, config.seed)
         self.buffer = make_replay_buffer(
-            config.agent.buffer_size, device, config.agent.batch_size,
-            torch.Generator(device=device).manual_seed(config.seed),
+            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(config.seed)
         )
         self.plan.check({"env": self.env, "eval env": self.eval_env, "learner": self.agent,
                          "replay buffer": self.buffer})
@@ -92,7 +91,7 @@ class SyncTrainer:
                     self.learning_env_steps += n
                     self.pending_updates += n * cfg.agent.utd_ratio
                     for _ in range(int(self.pending_updates)):
-                        self.agent.update(self.buffer.sample())  # metrics: pop_metrics() at log time
+                        self.agent.update(self.buffer.sample(batch_size=cfg.agent.batch_size))  # metrics: pop_metrics() at log time
                     self.pending_updates -= int(self.pending_updates)
                 evaluated = _crossed(before, self.env_steps, cfg.eval_every)
                 if evaluated:

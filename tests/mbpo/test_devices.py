@@ -28,7 +28,7 @@ def test_missing_gpu_is_a_clear_error() -> None:
 def test_everything_on_plan_passes() -> None:
     plan = DevicePlan.resolve("cpu")
     env = envs.make("Pendulum-v1", 2)
-    rb = make_replay_buffer(10, "cpu", 2, torch.Generator())
+    rb = make_replay_buffer(10, "cpu", torch.Generator())
     plan.check({"env": env, "learner": nn.Linear(2, 2), "replay buffer": rb}, {"policy replica": nn.Linear(2, 2)})
 
 
@@ -37,7 +37,7 @@ def test_everything_on_plan_passes() -> None:
     [
         (nn.Linear(2, 2, device="meta"), "learner"),
         (torch.empty(3, device="meta"), "ensemble"),
-        (make_replay_buffer(10, "meta", 2, torch.Generator()), "replay buffer"),
+        (make_replay_buffer(10, "meta", torch.Generator()), "replay buffer"),
         ("meta", "model buffer"),
     ],
 )
