@@ -1,0 +1,1 @@
+"""The learned dynamics model: a batched probabilistic ensemble, its input normaliser, known termination rules."""
