@@ -3,7 +3,9 @@
 Per vector step of ``num_envs`` envs: act (random before ``learning_starts``,
 then the CPU policy replica), step the env on the plan's device, store the
 transitions (``next_obs`` is the true final observation at an auto-reset),
-then run ``num_envs * utd_ratio`` gradient updates. Evaluation, logging and
+with ``model.enabled`` train the ensemble and roll out into the model buffer
+when ``model.train_freq`` is crossed (mbpo.model_based), then run
+``num_envs * utd_ratio`` gradient updates on batches mixed by ``real_ratio``. Evaluation, logging and
 checkpoints happen when env steps cross their intervals. Deterministic on CPU:
 the same seed gives identical metrics and parameters, and resuming from a
 checkpoint continues bit-exactly.
@@ -29,6 +31,7 @@ from mbpo.config import Config, load_config, to_yaml
 from mbpo.devices import DevicePlan
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
+from mbpo.model_based import ModelBased
 
 __all__ = ["SyncTrainer", "seed_everything"]
 
@@ -58,8 +61,13 @@ class SyncTrainer:
         self.buffer = make_replay_buffer(
             config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(config.seed)
         )
-        self.plan.check({"env": self.env, "eval env": self.eval_env, "learner": self.agent,
-                         "replay buffer": self.buffer})
+        self.model: ModelBased | None = None
+        components = {"env": self.env, "eval env": self.eval_env, "learner": self.agent, "replay buffer": self.buffer}
+        if config.model.enabled:
+            self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
+                                    device, config.seed)
+            components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
+        self.plan.check(components)
         self._action_generator = torch.Generator().manual_seed(config.seed)
         self.env_steps = 0
         self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)
@@ -87,11 +95,13 @@ class SyncTrainer:
             while self.env_steps < cfg.total_env_steps:
                 before = self.env_steps
                 self._collect_step()
+                if self.model is not None:
+                    self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
                 if self.env_steps >= cfg.agent.learning_starts:
                     self.learning_env_steps += n
                     self.pending_updates += n * cfg.agent.utd_ratio
                     for _ in range(int(self.pending_updates)):
-                        self.agent.update(self.buffer.sample(batch_size=cfg.agent.batch_size))  # metrics: pop_metrics() at log time
+                        self.agent.update(self._policy_batch())  # metrics: pop_metrics() at log time
                     self.pending_updates -= int(self.pending_updates)
                 evaluated = _crossed(before, self.env_steps, cfg.eval_every)
                 if evaluated:
@@ -119,6 +129,12 @@ class SyncTrainer:
             if own_logger:
                 logger.close()
         return row
+
+    def _policy_batch(self):  # noqa: ANN202 - a TensorDict
+        batch_size = self.config.agent.batch_size
+        if self.model is not None:
+            return self.model.policy_batch(self.buffer, batch_size)
+        return self.buffer.sample(batch_size=batch_size)
 
     def _collect_step(self) -> None:
         obs = self._obs
@@ -157,6 +173,8 @@ class SyncTrainer:
         metrics = self.agent.pop_metrics()
         metrics.pop("updates"), metrics.pop("skipped")
         row.update(metrics)
+        if self.model is not None:
+            row.update(self.model.metrics(self.env_steps))
         return row
 
     # -- checkpoint and resume ---------------------------------------------------
@@ -179,6 +197,7 @@ class SyncTrainer:
             "env": env_state,
             "agent": self.agent.state_dict(),
             "buffer": self.buffer.state_dict(),
+            "model": None if self.model is None else self.model.state_dict(),
             "rng": capture_rng(),
         }
 
@@ -192,6 +211,8 @@ class SyncTrainer:
         self._action_generator.set_state(t["action_generator"])
         self.agent.load_state_dict(state["agent"])
         self.buffer.load_state_dict(state["buffer"])
+        if self.model is not None:
+            self.model.load_state_dict(state["model"])
         if state["env"] is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self._obs = t["obs"].to(self.env.device)

@@ -1,0 +1,132 @@
+"""The model-based half of MBPO, as one component the trainer calls twice per vector step.
+
+``after_collect`` trains the dynamics ensemble every ``model.train_freq`` real
+transitions and then runs branched rollouts into the model buffer;
+``policy_batch`` mixes real and model transitions by ``real_ratio``. Every
+budget is per real transition, so the paper's single-env constants keep their
+meaning at 4,096 envs: a vector step of N envs earns N / train_freq model
+trainings (at most one per vector step), N * rollouts_per_real branches and
+N * utd_ratio policy updates (the trainer's part). The realised ratios are
+reported by :meth:`ModelBased.metrics`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+from torchrl.data import ReplayBuffer
+
+from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer
+from mbpo.config import ModelConfig
+from mbpo.models.ensemble import DynamicsEnsemble
+from mbpo.models.termination import known_termination
+from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
+
+__all__ = ["ModelBased"]
+
+
+class ModelBased:
+    """Dynamics ensemble + termination + model buffer + the MBPO budgets."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        env_id: str,
+        observation_space: gym.spaces.Box,
+        action_space: gym.spaces.Space,
+        device: torch.device,
+        seed: int,
+    ) -> None:
+        self.config = config
+        self.device = device
+        self.termination = None if config.learned_termination else known_termination(env_id)
+        self.ensemble = DynamicsEnsemble(
+            config, int(observation_space.shape[0]), action_space, device, seed=seed,
+            learn_termination=self.termination is None,
+        )
+        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)
+        self.rollout_len = rollout_length(config.rollout_schedule, 0)
+        self.model_buffer = ModelBuffer(self._capacity(self.rollout_len), device)
+        self.trainings = 0
+        self.rollouts_started = 0
+        self.nonfinite_branches = 0
+        self.last_rollout_env_steps = 0
+        self.last_fit: dict[str, Any] = {}
+
+    def _capacity(self, length: int) -> int:
+        """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
+        c = self.config
+        return max(1, int(c.rollouts_per_real * c.epoch_length * length * c.retain_epochs))
+
+    # -- the two calls the trainer makes -------------------------------------------
+    def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: Any) -> bool:
+        """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
+        c = self.config
+        if after // c.train_freq <= before // c.train_freq or len(real) < 2:
+            return False
+        data = real[: len(real)]
+        self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED])
+        self.trainings += 1
+        self.rollout_len = rollout_length(c.rollout_schedule, after / c.epoch_length)
+        self.model_buffer.resize(self._capacity(self.rollout_len))
+        num_starts = int(c.rollouts_per_real * (after - self.last_rollout_env_steps))
+        self.last_rollout_env_steps = after
+        if num_starts > 0:
+            idx = torch.randint(len(real), (num_starts,), generator=self.generator, device=self.device)
+            start = data[OBS][idx]
+            batch, stats = branched_rollouts(
+                start, self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
+                self.generator,
+            )
+            self.model_buffer.add(batch)
+            self.rollouts_started += stats.started
+            self.nonfinite_branches += stats.nonfinite
+        return True
+
+    def policy_batch(self, real: ReplayBuffer, batch_size: int) -> TensorDict:
+        """``real_ratio`` of the batch from the real buffer, the rest from the model buffer."""
+        if len(self.model_buffer) == 0:
+            return real.sample(batch_size=batch_size)
+        n_real = int(round(batch_size * self.config.real_ratio))
+        model = self.model_buffer.sample(batch_size - n_real, self.generator).select(*TRANSITION_KEYS)
+        if n_real == 0:
+            return model
+        return torch.cat((real.sample(batch_size=n_real).select(*TRANSITION_KEYS), model))
+
+    # -- reporting and state ----------------------------------------------------------
+    def metrics(self, env_steps: int) -> dict[str, Any]:
+        fit = self.last_fit
+        return {
+            "model_version": self.ensemble.version,
+            "model_holdout_loss": fit.get("holdout_loss"),
+            "model_elites": " ".join(str(int(e)) for e in fit.get("elites", [])) or None,
+            "rollout_length": self.rollout_len,
+            "model_buffer_size": len(self.model_buffer),
+            "nonfinite_branches": self.nonfinite_branches,
+            "model_trainings_per_real": self.trainings / max(env_steps, 1),
+            "model_trainings_per_real_target": 1.0 / self.config.train_freq,
+            "rollouts_per_real_realised": self.rollouts_started / max(self.last_rollout_env_steps, 1),
+            "rollouts_per_real": self.config.rollouts_per_real,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "ensemble": self.ensemble.state_dict(),
+            "model_buffer": self.model_buffer.state_dict(),
+            "generator": self.generator.get_state(),
+            "counters": {"trainings": self.trainings, "rollouts_started": self.rollouts_started,
+                         "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
+                         "last_rollout_env_steps": self.last_rollout_env_steps},
+            "last_fit": dict(self.last_fit),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ensemble.load_state_dict(state["ensemble"])
+        self.model_buffer.load_state_dict(state["model_buffer"])
+        self.generator.set_state(state["generator"])
+        for key, value in state["counters"].items():
+            setattr(self, key, value)
+        self.last_fit = dict(state["last_fit"])

@@ -1,0 +1,298 @@
+"""DynamicsEnsemble: batched == per-member maths, learning, elites, sampling, bounds, resume, early stopping."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mbpo.agents.networks import bf16_autocast_supported
+from mbpo.config import ModelConfig
+from mbpo.models import DynamicsEnsemble, Normalizer, select_elites
+
+pytestmark = pytest.mark.timeout(120)
+
+OBS, ACT = 3, 2
+BOX = gym.spaces.Box(-1.0, 1.0, (ACT,), np.float32)
+
+
+def small_config(**overrides: object) -> ModelConfig:
+    kw: dict = dict(ensemble_size=4, num_elites=2, hidden_sizes=[32, 32], weight_decay=[1e-5, 2e-5, 3e-5],
+                    batch_size=64, lr=3e-3, max_epochs=30, patience=5)  # fmt: skip
+    kw.update(overrides)
+    return ModelConfig(**kw)
+
+
+def linear_system(n: int, seed: int = 0, noise: float = 0.01) -> tuple[torch.Tensor, ...]:
+    """next = A s + B a + noise, reward = c . s; returns obs, action, reward, next_obs, terminated."""
+    g = torch.Generator().manual_seed(1234)  # the same system for every seed
+    a_mat = torch.eye(OBS) + 0.1 * torch.randn(OBS, OBS, generator=g)
+    b_mat = 0.5 * torch.randn(ACT, OBS, generator=g)
+    c = torch.randn(OBS, generator=g)
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(n, OBS, generator=g)
+    action = torch.rand(n, ACT, generator=g) * 2 - 1
+    next_obs = obs @ a_mat.T + action @ b_mat + noise * torch.randn(n, OBS, generator=g)
+    return obs, action, obs @ c, next_obs, torch.zeros(n, dtype=torch.bool)
+
+
+def reference_stacks(ens: DynamicsEnsemble) -> list[nn.Sequential]:
+    """One ordinary nn.Linear stack per member, holding that member's weights."""
+    stacks = []
+    for m in range(ens.ensemble_size):
+        layers: list[nn.Module] = []
+        for i, layer in enumerate(ens.net.layers):
+            lin = nn.Linear(layer.in_features, layer.out_features)
+            with torch.no_grad():
+                lin.weight.copy_(layer.weight[m].T)
+                lin.bias.copy_(layer.bias[m, 0])
+            layers += [lin] + ([nn.SiLU()] if i < len(ens.net.layers) - 1 else [])
+        stacks.append(nn.Sequential(*layers))
+    return stacks
+
+
+def test_batched_ensemble_equals_per_member_loop() -> None:
+    ens = DynamicsEnsemble(small_config(hidden_sizes=[16, 8]), OBS, BOX, "cpu", seed=3)
+    m, b = ens.ensemble_size, 40
+    obs, action, reward, next_obs, _ = linear_system(m * b, seed=1)
+    ens.normalizer.fit(torch.cat((obs, action), -1) * 3 + 1)  # a non-trivial normaliser
+    with torch.no_grad():  # distinct learned bounds per member
+        ens.max_logvar.add_(torch.linspace(0, 1, m).view(m, 1, 1))
+        ens.min_logvar.sub_(torch.linspace(0, 2, m).view(m, 1, 1))
+    obs, action, reward, next_obs = (t.reshape(m, b, *t.shape[1:]) for t in (obs, action, reward, next_obs))
+    stacks = reference_stacks(ens)
+    c, d = ens.config, ens.target_dim
+
+    loss = ens.loss(obs, action, reward, next_obs)
+    loss.backward()
+    ref_total = torch.zeros(())
+    x = ens.normalizer.normalize(torch.cat((obs, action), -1)).detach()
+    mean_b, logvar_b, _ = ens(x)
+    for k, stack in enumerate(stacks):
+        out = stack(x[k])
+        max_lv, min_lv = ens.max_logvar[k, 0].detach(), ens.min_logvar[k, 0].detach()
+        lv = max_lv - F.softplus(max_lv - out[:, d:])
+        lv = min_lv + F.softplus(lv - min_lv)
+        torch.testing.assert_close(mean_b[k], out[:, :d], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(logvar_b[k], lv, rtol=1e-5, atol=1e-5)
+        target = torch.cat((next_obs[k] - obs[k], reward[k].unsqueeze(-1)), -1)
+        nll = ((out[:, :d] - target).square() * torch.exp(-lv) + lv).mean()
+        decay = sum(wd * lin.weight.square().sum() / 2 for wd, lin in zip(c.weight_decay, stack[::2]))
+        member_loss = nll + c.logvar_bound_penalty * (max_lv.sum() - min_lv.sum()) + decay
+        member_loss.backward()
+        ref_total = ref_total + member_loss.detach()
+        # Members are independent: the batched total's gradient for member k is member k's own loss gradient.
+        for layer, lin in zip(ens.net.layers, stack[::2]):
+            torch.testing.assert_close(layer.weight.grad[k], lin.weight.grad.T, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(loss.detach(), ref_total, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_decay_term_is_the_hand_computed_sum() -> None:
+    ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
+    by_hand = 0.0
+    for wd, layer in zip(ens.config.weight_decay, ens.net.layers):
+        for m in range(ens.ensemble_size):
+            by_hand += wd * float((layer.weight[m].detach().double() ** 2).sum()) / 2
+    assert math.isclose(ens.weight_decay_loss().item(), by_hand, rel_tol=1e-5)
+    assert by_hand > 0
+
+
+def test_learns_a_linear_system() -> None:
+    ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu", seed=0)
+    obs, action, reward, next_obs, term = linear_system(2000)
+    metrics = ens.fit(obs, action, reward, next_obs, term)
+    target_var = torch.cat((next_obs - obs, reward.unsqueeze(-1)), -1).var(0).mean().item()
+    assert metrics["holdout_loss"] < 0.05 * target_var, (metrics, target_var)
+    assert metrics["epochs"] == 30 and ens.version == 1 and len(metrics["holdout_mse"]) == 4
+    # Fresh data, through sample(): close to the true next state and reward.
+    obs2, action2, reward2, next2, _ = linear_system(500, seed=7)
+    pred_next, pred_reward, logit = ens.sample(obs2, action2, torch.Generator().manual_seed(0))
+    assert logit is None
+    assert (pred_next - next2).square().mean() < 0.05 * (next2 - obs2).var(0).mean()
+    assert (pred_reward - reward2).square().mean() < 0.05 * reward2.var()
+
+
+def test_elite_selection() -> None:
+    assert select_elites([0.3, 0.1, 0.5, 0.2, 0.1], 3) == [1, 4, 3]
+    assert select_elites(torch.tensor([float("nan"), 2.0, 1.0]), 2) == [2, 1]
+    with pytest.raises(ValueError, match="num_elites"):
+        select_elites([1.0, 2.0], 3)
+
+    ens = DynamicsEnsemble(small_config(ensemble_size=5, num_elites=3, max_epochs=5), OBS, BOX, "cpu")
+    data = linear_system(1000)
+    metrics = ens.fit(*data)
+    mse = metrics["holdout_mse"]
+    assert metrics["elites"] == ens.elites == sorted(range(5), key=lambda i: mse[i])[:3]
+    assert math.isclose(metrics["holdout_loss"], sum(mse[i] for i in ens.elites) / 3, rel_tol=1e-6)
+    # Corrupt two current elites: a re-evaluation must drop exactly them.
+    bad = ens.elites[:2]
+    with torch.no_grad():
+        ens.net.layers[-1].bias[bad] += 5.0
+    losses = ens.evaluate(*data[:4])
+    new = ens.set_elites(losses)
+    assert not set(bad) & set(new) and new == torch.argsort(losses)[:3].tolist()
+
+
+def test_discrete_action_enters_one_hot() -> None:
+    space = gym.spaces.Discrete(2)
+    ens = DynamicsEnsemble(small_config(max_epochs=20), 4, space, "cpu")
+    assert ens.net.layers[0].in_features == 4 + 2
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(1000, 4, generator=g)
+    action = torch.randint(0, 2, (1000,), generator=g)
+    next_obs = obs + 0.1 * (2 * action - 1).float().unsqueeze(-1)  # action 1 pushes +0.1, action 0 -0.1
+    ens.fit(obs, action, torch.zeros(1000), next_obs)
+    probe = torch.zeros(2, 4)
+    mean = ens.predict(probe, torch.tensor([0, 1])).mean[ens.elites].mean(0)  # [2, 5]
+    assert (mean[0, :4] < -0.05).all() and (mean[1, :4] > 0.05).all(), mean
+    with pytest.raises(TypeError, match="integer"):
+        ens.predict(probe, torch.zeros(2))
+
+
+def _constant_members(ens: DynamicsEnsemble) -> None:
+    """Member m predicts reward exactly m (near-zero variance), whatever the input."""
+    d = ens.target_dim
+    with torch.no_grad():
+        last = ens.net.layers[-1]
+        last.weight.zero_()
+        last.bias.zero_()
+        last.bias[:, 0, d - 1] = torch.arange(ens.ensemble_size, dtype=torch.float32)
+        last.bias[:, 0, d:] = -40.0
+        ens.max_logvar.fill_(-20.0)
+        ens.min_logvar.fill_(-30.0)
+
+
+def test_sample_uses_elites_equally_and_never_a_non_elite() -> None:
+    ens = DynamicsEnsemble(small_config(ensemble_size=6, num_elites=3), OBS, BOX, "cpu")
+    _constant_members(ens)
+    ens.set_elites([0.5, 0.1, 0.9, 0.3, 0.2, 0.8])  # elites 1, 4, 3
+    assert ens.elites == [1, 4, 3]
+    non_elites = [0, 2, 5]
+    with torch.no_grad():  # a non-elite member that ran would put NaN into the output
+        for layer in ens.net.layers:
+            layer.weight[non_elites] = float("nan")
+    for b in (3000, 1001, 2, 0):
+        obs, action = torch.randn(b, OBS), torch.rand(b, ACT)
+        next_obs, reward, _ = ens.sample(obs, action, torch.Generator().manual_seed(b))
+        assert next_obs.shape == (b, OBS) and reward.shape == (b,)
+        assert torch.isfinite(next_obs).all() and torch.isfinite(reward).all()
+        torch.testing.assert_close(next_obs, obs, atol=1e-4, rtol=0)  # delta is zero for every member
+        used = reward.round().long()
+        counts = torch.bincount(used, minlength=6)
+        assert counts[non_elites].sum() == 0
+        assert counts[ens.elites].max() - counts[ens.elites].min() <= 1, counts  # near-equal chunks
+    # The assignment of rows to elites is random (depends on the generator), not positional.
+    obs, action = torch.randn(300, OBS), torch.rand(300, ACT)
+    r1 = ens.sample(obs, action, torch.Generator().manual_seed(1))[1]
+    r2 = ens.sample(obs, action, torch.Generator().manual_seed(2))[1]
+    assert (r1.round() != r2.round()).float().mean() > 0.4
+
+
+def test_logvar_stays_within_learned_bounds() -> None:
+    ens = DynamicsEnsemble(small_config(max_epochs=3), OBS, BOX, "cpu")
+    ens.fit(*linear_system(500))
+    with torch.no_grad():
+        ens.max_logvar.copy_(torch.linspace(-1.0, 1.0, ens.ensemble_size).view(-1, 1, 1).expand_as(ens.max_logvar))
+        ens.min_logvar.fill_(-5.0)
+    obs = torch.cat((torch.randn(200, OBS) * 1e3, torch.randn(200, OBS)))  # wild and ordinary inputs
+    action = torch.cat((torch.randn(200, ACT) * 1e3, torch.rand(200, ACT)))
+    logvar = ens.predict(obs, action).var.log()
+    hi, lo = ens.max_logvar.detach(), ens.min_logvar.detach()
+    slack = F.softplus(lo - hi)  # the double soft bound can exceed max by softplus(min - max) at most
+    assert (logvar >= lo - 1e-5).all() and (logvar <= hi + slack + 1e-5).all()
+    assert logvar.max() > 0.5 and logvar.min() < -4.0  # the wild inputs do reach both bounds
+
+
+def test_learned_termination_head() -> None:
+    ens = DynamicsEnsemble(small_config(max_epochs=40), OBS, BOX, "cpu", learn_termination=True)
+    g = torch.Generator().manual_seed(0)
+    obs = torch.rand(3000, OBS, generator=g) * 2 - 1
+    action = torch.rand(3000, ACT, generator=g) * 2 - 1
+    terminated = obs[:, 0] > 0.5
+    ens.fit(obs, action, torch.zeros(3000), obs, terminated)
+    test_obs = torch.rand(2000, OBS, generator=g) * 2 - 1
+    test_act = torch.rand(2000, ACT, generator=g) * 2 - 1
+    logit = ens.sample(test_obs, test_act, torch.Generator().manual_seed(0))[2]
+    accuracy = ((logit > 0) == (test_obs[:, 0] > 0.5)).float().mean().item()
+    assert accuracy > 0.95, accuracy
+    with pytest.raises(ValueError, match="terminated"):
+        ens.fit(obs, action, torch.zeros(3000), obs)
+
+
+def test_state_dict_round_trip_resumes_exactly() -> None:
+    cfg = small_config(max_epochs=3)
+    a = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=0)
+    a.fit(*linear_system(600, seed=1))
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=99)
+    b.load_state_dict(torch.load(buf))
+    assert b.elites == a.elites and b.version == a.version == 1
+    obs, action = torch.randn(50, OBS), torch.rand(50, ACT)
+    for x, y in zip(a.predict(obs, action)[:2], b.predict(obs, action)[:2]):
+        assert torch.equal(x, y)
+    sa = a.sample(obs, action, torch.Generator().manual_seed(5))
+    sb = b.sample(obs, action, torch.Generator().manual_seed(5))
+    assert torch.equal(sa[0], sb[0]) and torch.equal(sa[1], sb[1])
+    data = linear_system(600, seed=2)
+    ma, mb = a.fit(*data), b.fit(*data)
+    assert ma == mb
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+
+
+def test_early_stopping_stops_and_keeps_best_weights() -> None:
+    ens = DynamicsEnsemble(small_config(max_epochs=500, patience=2), OBS, BOX, "cpu")
+    data = linear_system(500, noise=0.1)
+    metrics = ens.fit(*data)
+    assert 2 < metrics["epochs"] < 500
+    # A training that only makes things worse (huge lr) leaves every member's weights untouched.
+    before = [p.detach().clone() for p in ens.parameters()]
+    for group in ens.optimizer.param_groups:
+        group["lr"] = 10.0
+    again = ens.fit(*data)
+    assert again["epochs"] == 2  # patience epochs without improvement
+    for p, q in zip(ens.parameters(), before):
+        assert torch.equal(p, q)
+
+
+def test_normalizer() -> None:
+    norm = Normalizer(3)
+    x = torch.tensor([[1.0, 5.0, 2.0], [3.0, 5.0, 4.0]])
+    norm.fit(x)
+    torch.testing.assert_close(norm.mean, torch.tensor([2.0, 5.0, 3.0]))
+    torch.testing.assert_close(norm.std, torch.tensor([1.0, 1.0, 1.0]))  # constant column -> 1.0
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    other = Normalizer(3)
+    other.load_state_dict(norm.state_dict())
+    assert torch.equal(other.normalize(x), norm.normalize(x))
+
+
+def test_bad_inputs_are_explained() -> None:
+    ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
+    with pytest.raises(ValueError, match=r"expected \(\.\.\., 3\)"):
+        ens.predict(torch.zeros(4, 5), torch.zeros(4, ACT))
+    with pytest.raises(ValueError, match="Box action"):
+        ens.predict(torch.zeros(4, OBS), torch.zeros(4, ACT + 1))
+    with pytest.raises(ValueError, match="non-finite"):
+        obs, action, reward, next_obs, term = linear_system(10)
+        ens.fit(obs, action, reward * float("nan"), next_obs, term)
+    with pytest.raises(ValueError, match="weight_decay"):
+        DynamicsEnsemble(small_config(weight_decay=[1e-5]), OBS, BOX, "cpu")
+
+
+@pytest.mark.skipif(not bf16_autocast_supported("cpu"), reason="no native bf16 on this CPU")
+def test_bf16_trains_and_samples() -> None:
+    ens = DynamicsEnsemble(small_config(max_epochs=15), OBS, BOX, "cpu", precision="bf16")
+    obs, action, reward, next_obs, term = linear_system(1000)
+    metrics = ens.fit(obs, action, reward, next_obs, term)
+    assert metrics["holdout_loss"] < 0.1 * (next_obs - obs).var(0).mean()
+    next_pred, reward_pred, _ = ens.sample(obs, action, torch.Generator().manual_seed(0))
+    assert next_pred.dtype == torch.float32 and torch.isfinite(next_pred).all() and torch.isfinite(reward_pred).all()
