@@ -1,0 +1,140 @@
+"""Sample efficiency on native Pendulum-v1: MBPO-SAC against SAC (two ratios) and Stable-Baselines3 SAC.
+
+One invocation, same seeds, four learners:
+
+* ``mbpo``: configs/pendulum_mbpo.yaml (20 updates per real transition, 95% model data);
+* ``sac_same_ratio``: the same config with model.enabled=false (20 updates, real data only):
+  isolates what the model adds from what the extra updates add;
+* ``sac_utd1``: the same with model.enabled=false agent.utd_ratio=1;
+* ``sb3``: Stable-Baselines3 SAC with rl-zoo's Pendulum hyperparameters (lr 1e-3), on gymnasium Pendulum-v1.
+
+Every learner is evaluated every 200 env steps (one episode) on 10 deterministic
+episodes. Env steps to threshold = the first evaluation after which the mean
+return stays at -200 or better until the end of the budget. Prints one JSON line
+with per-seed figures and medians. ``--jobs 2`` runs two (learner, seed) pairs at once.
+
+    python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--jobs 2] [--only mbpo sac_same_ratio ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import statistics
+import tempfile
+import time
+from typing import Any
+
+THRESHOLD = -200.0
+EVAL_EVERY = 200
+EVAL_EPISODES = 10
+BUDGETS = {"mbpo": 2000, "sac_same_ratio": 2000, "sac_utd1": 8000, "sb3": 8000}
+OVERRIDES = {
+    "mbpo": [],
+    "sac_same_ratio": ["model.enabled=false"],
+    "sac_utd1": ["model.enabled=false", "agent.utd_ratio=1"],
+}
+
+
+def steps_to_threshold(evals: list[tuple[int, float]]) -> int | None:
+    """First eval step after which every eval (itself included) is at or above the threshold."""
+    reached = None
+    for step, ret in evals:
+        if ret >= THRESHOLD:
+            reached = step if reached is None else reached
+        else:
+            reached = None
+    return reached
+
+
+def run_ours(variant: str, seed: int) -> list[tuple[int, float]]:
+    from mbpo.config import load_config
+    from mbpo.metrics import read_metrics
+    from mbpo.trainers import SyncTrainer
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = load_config("configs/pendulum_mbpo.yaml", [
+            f"seed={seed}", "device=cpu", f"run_dir={run_dir}", "progress=false", f"eval_every={EVAL_EVERY}",
+            f"eval_episodes={EVAL_EPISODES}", f"total_env_steps={BUDGETS[variant]}",
+            f"checkpoint.every={BUDGETS[variant]}", *OVERRIDES[variant],
+        ])
+        SyncTrainer(config, run_dir).run()
+        return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
+                if r["eval_return"]]
+
+
+def run_sb3(seed: int) -> list[tuple[int, float]]:
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    eval_env = gym.make_vec("Pendulum-v1", num_envs=EVAL_EPISODES, vectorization_mode="sync")
+    evals: list[tuple[int, float]] = []
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % EVAL_EVERY == 0:
+                obs, _ = eval_env.reset(seed=seed + 1_000_003 + self.num_timesteps)
+                returns, running = np.zeros(EVAL_EPISODES), np.ones(EVAL_EPISODES, dtype=bool)
+                while running.any():
+                    action, _ = self.model.predict(obs, deterministic=True)
+                    obs, reward, term, trunc, _ = eval_env.step(action)
+                    returns += reward * running
+                    running &= ~(term | trunc)
+                evals.append((self.num_timesteps, float(returns.mean())))
+            return True
+
+    # rl-zoo hyperparams/sac.yml, Pendulum-v1: learning_rate 1e-3 (everything else SB3's defaults).
+    model = SAC("MlpPolicy", gym.make("Pendulum-v1"), learning_rate=1e-3, seed=seed, device="cpu", verbose=0)
+    model.learn(total_timesteps=BUDGETS["sb3"], callback=Evaluate())
+    return evals
+
+
+def job(args: tuple[str, int]) -> dict[str, Any]:
+    variant, seed = args
+    import torch
+
+    torch.set_num_threads(1)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    start = time.perf_counter()
+    evals = run_sb3(seed) if variant == "sb3" else run_ours(variant, seed)
+    return {"variant": variant, "seed": seed, "env_steps_to_threshold": steps_to_threshold(evals),
+            "final_eval_return": round(evals[-1][1], 1), "wall_s": round(time.perf_counter() - start, 1),
+            "evals": [(s, round(r, 1)) for s, r in evals]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="(learner, seed) runs in parallel, one thread each")
+    parser.add_argument("--only", nargs="+", choices=sorted(BUDGETS), default=sorted(BUDGETS))
+    args = parser.parse_args()
+    tasks = [(v, s) for v in args.only for s in args.seeds]
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            runs = pool.map(job, tasks, chunksize=1)
+    else:
+        runs = [job(t) for t in tasks]
+    summary: dict[str, Any] = {}
+    for variant in args.only:
+        steps = [r["env_steps_to_threshold"] for r in runs if r["variant"] == variant]
+        known = sorted(s if s is not None else float("inf") for s in steps)
+        median = statistics.median(known)
+        summary[variant] = {"budget_env_steps": BUDGETS[variant], "steps_to_threshold": steps,
+                            "median": None if median == float("inf") else median}
+    result: dict[str, Any] = {"benchmark": "sample_efficiency", "env": "Pendulum-v1", "threshold": THRESHOLD,
+                              "eval_every": EVAL_EVERY, "seeds": args.seeds, "summary": summary, "runs": runs}
+    mbpo, sb3 = summary.get("mbpo", {}).get("median"), summary.get("sb3", {}).get("median")
+    if mbpo is not None:
+        result["targets"] = {"mbpo_median_at_most_1500": mbpo <= 1500}
+        if sb3 is not None:
+            result["targets"]["mbpo_at_most_half_of_sb3"] = mbpo <= 0.5 * sb3
+            result["mbpo_over_sb3"] = round(mbpo / sb3, 3)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
