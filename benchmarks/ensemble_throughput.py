@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import platform
 import statistics
 import time
@@ -37,6 +36,7 @@ import torch
 from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.config import ModelConfig
 from mbpo.models import DynamicsEnsemble
+from mbpo.logs import quiet_torchrl
 
 OBS_DIM, ACT_DIM = 17, 6
 TARGET_FRACTION = 0.5
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # keep stdout to one JSON line
+    quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
     started = time.perf_counter()
     device = torch.device(args.device)
     precisions = ["fp32"] + (["bf16"] if bf16_autocast_supported(device) else [])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import tempfile
 import time
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 from mbpo.config import load_config
 from mbpo.metrics import read_metrics
 from mbpo.trainers import SyncTrainer
+from mbpo.logs import quiet_torchrl
 
 TASKS = {
     "sac": {"config": "configs/pendulum_sac.yaml", "target": -200.0, "budget": 10_000, "eval_every": 500,
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="SAC update precision")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # torchrl logs to stdout: keep it one JSON line
+    quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
     torch.set_num_threads(args.threads)
     result: dict[str, Any] = {"benchmark": "learning", "torch_threads": args.threads}
     for name, task in TASKS.items():

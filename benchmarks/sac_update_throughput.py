@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import platform
 import statistics
 import time
@@ -40,6 +39,7 @@ from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.agents.sac import SAC
 from mbpo.buffers import make_replay_buffer, transitions
 from mbpo.config import SACConfig
+from mbpo.logs import quiet_torchrl
 
 BATCH = 256
 HIDDEN = [256, 256]
@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # its INFO lines go to stdout: keep one JSON line
+    quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
     bf16 = bf16_autocast_supported("cpu")
     started = time.perf_counter()
     results: dict[str, Any] = {}

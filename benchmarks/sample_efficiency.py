@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import multiprocessing as mp
 import statistics
 import tempfile
 import time
 from typing import Any
+from mbpo.logs import quiet_torchrl
 
 THRESHOLD = -200.0
 EVAL_EVERY = 200
@@ -98,7 +98,7 @@ def job(args: tuple[str, int]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
     start = time.perf_counter()
     evals = run_sb3(seed) if variant == "sb3" else run_ours(variant, seed)
     return {"variant": variant, "seed": seed, "env_steps_to_threshold": steps_to_threshold(evals),

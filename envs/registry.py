@@ -9,7 +9,7 @@ import gymnasium as gym
 import torch
 
 from envs.base import VecEnv, check_num_envs
-from envs.classic import TASKS, ClassicVecEnv
+from envs.classic import TASKS, TOY_TASKS, ClassicVecEnv
 from envs.device import resolve_device
 
 __all__ = ["make", "list_envs", "UnknownEnvError"]
@@ -22,9 +22,9 @@ class UnknownEnvError(KeyError):
         return str(self.args[0])
 
 
-def list_envs(include_gymnasium: bool = False) -> list[str]:
-    """Ids ``make`` accepts: the native torch envs, optionally every gymnasium id too."""
-    ids = sorted(TASKS)
+def list_envs(include_gymnasium: bool = False, include_toy: bool = False) -> list[str]:
+    """Ids ``make`` accepts: the native torch envs, optionally toy tasks and every gymnasium id too."""
+    ids = sorted(TASKS) + (sorted(TOY_TASKS) if include_toy else [])
     if include_gymnasium:
         ids += sorted(set(gym.registry) - set(TASKS))
     return ids
@@ -49,13 +49,14 @@ def make(
         raise TypeError(f"env_id must be a string such as 'Pendulum-v1', got {type(env_id).__name__}")
     num_envs = check_num_envs(num_envs)
     device = resolve_device(device)
-    if env_id in TASKS:
-        return ClassicVecEnv(TASKS[env_id], num_envs, device=device, seed=seed, **kwargs)
+    if env_id in TASKS or env_id in TOY_TASKS:
+        task = TASKS.get(env_id) or TOY_TASKS[env_id]
+        return ClassicVecEnv(task, num_envs, device=device, seed=seed, **kwargs)
     if env_id in gym.registry:
         from envs.adapters.gymnasium_vector import GymnasiumVecEnv
 
         return GymnasiumVecEnv.from_id(env_id, num_envs, device=device, seed=seed, **kwargs)
-    close = difflib.get_close_matches(env_id, list_envs(include_gymnasium=True), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(env_id, list_envs(include_gymnasium=True, include_toy=True), n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise UnknownEnvError(
         f"unknown env id {env_id!r}: it is neither a native env ({', '.join(list_envs())}) "

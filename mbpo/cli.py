@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 import envs
+from mbpo.logs import quiet_torchrl
 from envs import random_actions
 from mbpo.config import ConfigError, describe, load_config
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = [a for a in argv if a == "--debug"]
         argv = flags + ["train"] + [a for a in argv if a != "--debug"]  # default: train the default config
     args = build_parser().parse_args(argv)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # its INFO lines would break the progress bar
+    quiet_torchrl()
     if args.help_config:
         for key, default, doc in describe():
             print(f"{key} = {default}\n    {doc}")

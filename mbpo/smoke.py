@@ -2,30 +2,40 @@
 
 Run with ``python -m mbpo.smoke [--device auto|cpu|cuda:N] [--env Pendulum-v1]``
 (``./run_async_test.sh`` runs it before the test suite). Stages: env
-interaction, agent action selection, random-action collection, a short
-training run. Collector, dynamics and rollout stages come with those parts.
+interaction, agent action selection, random-action collection, dynamics
+models, model rollout, and a short MBPO run that must measurably improve the
+PointMass-v0 toy task. Each stage hands its results to the next through
+:class:`SmokeContext`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import tempfile
 import time
 import traceback
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
 import envs
+from mbpo.logs import quiet_torchrl
 from envs import random_actions
 
 NUM_ENVS = 4
 
 
-def stage_interaction(env: envs.VecEnv) -> None:
-    gen = torch.Generator().manual_seed(0)
+@dataclass
+class SmokeContext:
+    env: envs.VecEnv
+    data: dict[str, Any] = field(default_factory=dict)
+    """What earlier stages produced (transitions, the fitted ensemble)."""
+
+
+def stage_interaction(ctx: SmokeContext) -> None:
+    env, gen = ctx.env, torch.Generator().manual_seed(0)
     obs = env.reset(seed=0)
     _expect(obs.shape == (env.num_envs, env.obs_dim), f"reset obs shape {tuple(obs.shape)}")
     for t in range(3):
@@ -44,30 +54,11 @@ def stage_interaction(env: envs.VecEnv) -> None:
     print(f"  dtypes: obs={obs.dtype}, reward={reward.dtype}, done={terminated.dtype}; device={obs.device}")
 
 
-def stage_random_collection(env: envs.VecEnv, steps: int = 300) -> None:
-    gen = torch.Generator().manual_seed(1)
-    env.reset(seed=1)
-    episodes, ret, returns = 0, torch.zeros(env.num_envs, device=env.device), []
-    start = time.perf_counter()
-    for _ in range(steps):
-        _, reward, terminated, truncated, _ = env.step(random_actions(env, gen))
-        ret += reward
-        done = terminated | truncated
-        if bool(done.any()):
-            returns += ret[done].tolist()
-            episodes += int(done.sum())
-            ret[done] = 0.0
-    elapsed = time.perf_counter() - start
-    mean = sum(returns) / len(returns) if returns else float("nan")
-    print(f"  Collected {steps} steps x {env.num_envs} envs = {steps * env.num_envs} transitions "
-          f"in {elapsed:.2f}s; {episodes} episodes finished, mean return {mean:.1f}")
-    _expect(episodes > 0, f"no episode finished in {steps} steps (time limit {env.max_episode_steps})")
-
-
-def stage_agent(env: envs.VecEnv) -> None:
+def stage_agent(ctx: SmokeContext) -> None:
     from mbpo.agents import make_agent
     from mbpo.config import AgentConfig
 
+    env = ctx.env
     agent = make_agent(AgentConfig(name="dqn" if env.is_discrete else "sac"), env.observation_space,
                        env.action_space, env.device, seed=0)
     obs = env.reset(seed=2).cpu()
@@ -80,21 +71,96 @@ def stage_agent(env: envs.VecEnv) -> None:
     print(f"  {type(agent).__name__} learner on {agent.device}, acting replica on cpu")
 
 
-def stage_training(env: envs.VecEnv) -> None:
+def stage_random_collection(ctx: SmokeContext, steps: int = 300) -> None:
+    from mbpo.buffers import transitions
+
+    env, gen = ctx.env, torch.Generator().manual_seed(1)
+    obs = env.reset(seed=1)
+    episodes, ret, returns, batches = 0, torch.zeros(env.num_envs, device=env.device), [], []
+    start = time.perf_counter()
+    for _ in range(steps):
+        action = random_actions(env, gen)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        batches.append(transitions(obs, action, reward, torch.where(done.unsqueeze(-1), info["final_obs"], next_obs),
+                                   terminated))
+        obs, ret = next_obs, ret + reward
+        if bool(done.any()):
+            returns += ret[done].tolist()
+            episodes += int(done.sum())
+            ret[done] = 0.0
+    elapsed = time.perf_counter() - start
+    ctx.data["transitions"] = torch.cat(batches)
+    mean = sum(returns) / len(returns) if returns else float("nan")
+    print(f"  Collected {steps} steps x {env.num_envs} envs = {steps * env.num_envs} transitions "
+          f"in {elapsed:.2f}s; {episodes} episodes finished, mean return {mean:.1f}")
+    _expect(episodes > 0, f"no episode finished in {steps} steps (time limit {env.max_episode_steps})")
+
+
+def stage_dynamics(ctx: SmokeContext) -> None:
     from mbpo.config import load_config
+    from mbpo.models import DynamicsEnsemble
+    from mbpo.models.termination import known_termination
+
+    env, data = ctx.env, ctx.data["transitions"]
+    cfg = load_config(None, ["model.hidden_sizes=[64,64]", "model.weight_decay=[0,0,0]", "model.max_epochs=30"]).model
+    termination = known_termination(env.spec_id or "")
+    ensemble = DynamicsEnsemble(cfg, env.obs_dim, env.action_space, env.device, seed=0,
+                                learn_termination=termination is None)
+    before = float(ensemble.evaluate(data["obs"], data["action"], data["reward"], data["next_obs"]).mean())
+    start = time.perf_counter()
+    fit = ensemble.fit(data["obs"], data["action"], data["reward"], data["next_obs"], data["terminated"])
+    print(f"  Ensemble of {cfg.ensemble_size} on {env.device}: holdout MSE {before:.4f} -> {fit['holdout_loss']:.4f} "
+          f"in {fit['epochs']} epochs ({time.perf_counter() - start:.1f}s); elites {fit['elites']}")
+    print(f"  termination: {'known rule for ' + str(env.spec_id) if termination else 'learned head'}")
+    _expect(fit["holdout_loss"] < before, "training did not lower the holdout error")
+    ctx.data["ensemble"], ctx.data["termination"] = ensemble, termination
+
+
+def stage_rollout(ctx: SmokeContext) -> None:
+    from mbpo.rollouts import branched_rollouts, obs_limit_from
+
+    env, data, ensemble = ctx.env, ctx.data["transitions"], ctx.data["ensemble"]
+    gen = torch.Generator(device=env.device).manual_seed(3)
+
+    def policy(obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:  # uniform random, on the device
+        n = obs.shape[0]
+        if env.is_discrete:
+            return torch.randint(env.act_dim, (n,), generator=generator, device=env.device)
+        low = torch.as_tensor(env.action_space.low, device=env.device)
+        high = torch.as_tensor(env.action_space.high, device=env.device)
+        return low + (high - low) * torch.rand(n, env.act_dim, generator=generator, device=env.device)
+
+    start_obs = data["obs"][torch.randint(len(data), (256,), generator=gen, device=env.device)]
+    batch, stats = branched_rollouts(start_obs, 3, policy, ensemble, ctx.data["termination"],
+                                     obs_limit_from(data["obs"]), gen)
+    print(f"  Branched {stats.started} rollouts x {stats.length} steps: {stats.stored} model transitions, "
+          f"{stats.terminated} terminated, {stats.nonfinite} ended as non-finite; model version {ensemble.version}")
+    _expect(stats.stored > 0 and bool(torch.isfinite(batch["next_obs"]).all()), "rollouts stored nothing finite")
+
+
+def stage_training(ctx: SmokeContext) -> None:
+    from mbpo.config import load_config
+    from mbpo.metrics import read_metrics
     from mbpo.trainers import SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(None, [
-            f"env.id={env.spec_id}", f"device={env.device}", f"agent.name={'dqn' if env.is_discrete else 'sac'}",
-            f"run_dir={run_dir}", "progress=false", "total_env_steps=400", "eval_every=400", "eval_episodes=2",
-            "agent.learning_starts=200", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
-            "agent.dqn.hidden_sizes=[32,32]", "checkpoint.every=400",
+            "env.id=PointMass-v0", f"device={ctx.env.device}", f"run_dir={run_dir}", "progress=false",
+            "total_env_steps=300", "eval_every=50", "eval_episodes=20", "agent.learning_starts=50",
+            "agent.utd_ratio=5", "agent.batch_size=64", "agent.sac.hidden_sizes=[32,32]", "agent.sac.actor_lr=3e-3",
+            "agent.sac.critic_lr=3e-3", "model.enabled=true", "model.hidden_sizes=[32,32]",
+            "model.weight_decay=[0,0,0]", "model.train_freq=50", "model.rollouts_per_real=4", "model.max_epochs=30",
+            "model.epoch_length=100", "model.rollout_schedule=[0,1,1,3]", "checkpoint.every=1000",
         ])
+        start = time.perf_counter()
         row = SyncTrainer(config, run_dir).run()
-        print(f"  {row['env_steps']} env steps, {row['updates']} updates, eval return {row['eval_return']:.1f}, "
-              f"checkpoint written: {bool(list((__import__('pathlib').Path(run_dir) / 'checkpoints').iterdir()))}")
-        _expect(row["updates"] > 0 and row["eval_return"] is not None, f"training row {row}")
+        evals = [float(r["eval_return"]) for r in read_metrics(f"{run_dir}/metrics.csv") if r["eval_return"]]
+    first, last = evals[0], sum(evals[-2:]) / 2
+    print(f"  MBPO-SAC on PointMass-v0: {row['env_steps']} env steps, {row['updates']} updates, "
+          f"model buffer {row['model_buffer_size']}, {time.perf_counter() - start:.1f}s")
+    print(f"  eval return {first:.2f} -> {last:.2f} (mean of the last two evaluations)")
+    _expect(last > first + 2.0, f"MBPO did not improve PointMass: {first:.2f} -> {last:.2f}")
 
 
 def _expect(ok: bool, what: str) -> None:
@@ -102,11 +168,13 @@ def _expect(ok: bool, what: str) -> None:
         raise AssertionError(f"unexpected: {what}")
 
 
-STAGES: list[tuple[str, Callable[[envs.VecEnv], None]]] = [
+STAGES: list[tuple[str, Callable[[SmokeContext], None]]] = [
     ("Basic environment interaction", stage_interaction),
     ("Agent action selection", stage_agent),
     ("Random-action collection", stage_random_collection),
-    ("Short training run", stage_training),
+    ("Dynamics models", stage_dynamics),
+    ("Model rollout", stage_rollout),
+    ("Short MBPO run", stage_training),
 ]
 
 
@@ -115,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     parser.add_argument("--env", default="Pendulum-v1", help="env id (default: Pendulum-v1)")
     args = parser.parse_args(argv)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    quiet_torchrl()
+    torch.set_num_threads(1)  # RL-sized work; more threads only contend on small machines
     device = envs.resolve_device(args.device)
     print(f"[Test] Starting simple async test with device: {device}")
     try:
@@ -125,10 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     print(f"[Test] Environment created: obs_dim={env.obs_dim}, act_dim={env.act_dim}")
+    ctx = SmokeContext(env)
     for i, (title, stage) in enumerate(STAGES, start=1):
         print(f"[Test {i}] {title}...")
         try:
-            stage(env)
+            stage(ctx)
         except Exception as exc:
             print(f"[Test {i}] Error: {exc}")
             traceback.print_exc()

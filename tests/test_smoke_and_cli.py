@@ -26,10 +26,10 @@ def test_first_failing_stage_stops_with_traceback(
 ) -> None:
     ran: list[str] = []
 
-    def broken(env: object) -> None:
+    def broken(ctx: object) -> None:
         raise RuntimeError("boom from stage 1")
 
-    monkeypatch.setattr(smoke, "STAGES", [("Broken", broken), ("Never", lambda env: ran.append("x"))])
+    monkeypatch.setattr(smoke, "STAGES", [("Broken", broken), ("Never", lambda ctx: ran.append("x"))])
     assert smoke.main(["--device", "cpu"]) == 1
     captured = capsys.readouterr()
     assert "[Test 1] Error: boom from stage 1" in captured.out

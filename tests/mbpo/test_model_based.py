@@ -1,0 +1,167 @@
+"""MBPO pieces: rollout schedule, model buffer, branched rollouts, batch mixing, auto-reset boundary, learning."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import envs
+from mbpo.buffers import MODEL_VERSION, ModelBuffer, make_replay_buffer, transitions
+from mbpo.config import load_config
+from mbpo.metrics import read_metrics
+from mbpo.model_based import ModelBased
+from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
+from mbpo.trainers import SyncTrainer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def batch_of(values: list[float]) -> TensorDict:
+    x = torch.tensor(values).unsqueeze(-1)
+    return transitions(x, x, x[:, 0], x, torch.zeros(len(values), dtype=torch.bool))
+
+
+def test_rollout_length_schedule() -> None:
+    schedule = [20, 100, 1, 15]
+    assert [rollout_length(schedule, e) for e in (0, 20, 60, 100, 300)] == [1, 1, 8, 15, 15]
+    assert rollout_length([5, 5, 2, 9], 5) == 2 and rollout_length([5, 5, 2, 9], 6) == 9
+
+
+def test_model_buffer_is_a_ring_that_resizes_keeping_the_newest() -> None:
+    buf = ModelBuffer(4, "cpu")
+    buf.add(batch_of([1, 2, 3]))
+    buf.add(batch_of([4, 5, 6]))
+    assert len(buf) == 4 and buf.newest(4)["obs"][:, 0].tolist() == [3, 4, 5, 6]
+    buf.resize(2)
+    assert buf.newest(2)["obs"][:, 0].tolist() == [5, 6]
+    buf.resize(5)
+    buf.add(batch_of([7]))
+    assert buf.newest(5)["obs"][:, 0].tolist() == [5, 6, 7]
+    state = buf.state_dict()
+    other = ModelBuffer(1, "cpu")
+    other.load_state_dict(state)
+    assert other.newest(3)["obs"][:, 0].tolist() == [5, 6, 7]
+    assert set(buf.sample(100, torch.Generator().manual_seed(0))["obs"][:, 0].tolist()) == {5.0, 6.0, 7.0}
+    with pytest.raises(RuntimeError, match="empty"):
+        ModelBuffer(3, "cpu").sample(1, torch.Generator())
+
+
+class DivergingEnsemble:
+    """obs = [branch id, x]. Branch id % 3 == 1 predicts NaN, == 2 an absurd x, else x + 1."""
+
+    version = 7
+
+    def sample(self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator):  # noqa: ANN201
+        branch, x = obs[:, 0], obs[:, 1]
+        x = torch.where(branch % 3 == 1, math.nan, torch.where(branch % 3 == 2, 1e9, x + 1.0))
+        return torch.stack((branch, x), -1), torch.ones(obs.shape[0]), None
+
+
+def test_no_nonfinite_or_absurd_value_reaches_the_model_buffer() -> None:
+    start = torch.stack((torch.arange(9.0), torch.zeros(9)), -1)
+    batch, stats = branched_rollouts(
+        start, 10, lambda o, g: torch.zeros(o.shape[0], 1), DivergingEnsemble(),
+        lambda o, a, n: n[:, 1] > 5, obs_limit_from(torch.tensor([[8.0, 1.0]])), torch.Generator().manual_seed(0),
+    )
+    assert all(bool(torch.isfinite(batch[k].float()).all()) for k in ("obs", "next_obs", "reward"))
+    assert (batch["next_obs"][:, 1].abs() <= 11).all()
+    assert stats.nonfinite == 6  # branches 1, 2, 4, 5, 7, 8 end at their first step
+    assert stats.started == 9 and stats.terminated == 3  # branches 0, 3, 6 when x reaches 6
+    assert stats.stored == 3 * 6 and (batch[MODEL_VERSION] == 7).all()
+    assert sorted(batch["obs"][:, 0].unique().tolist()) == [0.0, 3.0, 6.0]
+
+
+def test_real_ensemble_forced_to_diverge_never_fills_the_buffer_with_nonfinite(tmp_path: Path) -> None:
+    cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[16,16]", "model.weight_decay=[0,0,0]",
+                             "model.max_epochs=2", "model.rollouts_per_real=4", "model.train_freq=50"]).model
+    env = envs.make("Pendulum-v1", 1, seed=0)
+    mb = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    real = make_replay_buffer(1000, "cpu", torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    obs = env.reset()
+    for _ in range(60):
+        action = envs.random_actions(env, g)
+        nxt, reward, term, trunc, info = env.step(action)
+        real.extend(transitions(obs, action, reward, info["final_obs"], term))
+        obs = nxt
+
+    def diverge_then_fit(*args: object, **kwargs: object) -> dict:
+        metrics = real_fit(*args, **kwargs)
+        with torch.no_grad():
+            for p in mb.ensemble.net.parameters():
+                p.mul_(1e6)  # every prediction now explodes
+        return metrics
+
+    real_fit = mb.ensemble.fit
+    mb.ensemble.fit = diverge_then_fit  # type: ignore[method-assign]
+    policy = lambda o, gen: torch.rand(o.shape[0], 1, generator=gen) * 4 - 2  # noqa: E731
+    assert mb.after_collect(0, 60, real, policy)
+    assert mb.nonfinite_branches > 0
+    if len(mb.model_buffer):
+        data = mb.model_buffer.newest(len(mb.model_buffer))
+        assert torch.isfinite(data["next_obs"]).all() and torch.isfinite(data["reward"]).all()
+
+
+def test_policy_batches_mix_real_and_model_by_real_ratio() -> None:
+    cfg = load_config(None, ["model.enabled=true", "model.real_ratio=0.25", "model.hidden_sizes=[8]",
+                             "model.weight_decay=[0,0]"]).model
+    env = envs.make("Pendulum-v1", 1)
+    mb = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    real = make_replay_buffer(100, "cpu", torch.Generator().manual_seed(0))
+    real.extend(transitions(torch.zeros(50, 3), torch.zeros(50, 1), torch.zeros(50), torch.zeros(50, 3),
+                            torch.zeros(50, dtype=torch.bool)))
+    assert (mb.policy_batch(real, 64)["obs"] == 0).all()  # no model data yet: all real
+    model = transitions(torch.ones(50, 3), torch.ones(50, 1), torch.ones(50), torch.ones(50, 3),
+                        torch.zeros(50, dtype=torch.bool))
+    model[MODEL_VERSION] = torch.zeros(50, dtype=torch.int64)
+    mb.model_buffer.add(model)
+    batch = mb.policy_batch(real, 64)
+    assert batch.shape == (64,) and int((batch["obs"][:, 0] == 0).sum()) == 16
+
+
+@pytest.mark.parametrize(("env_id", "steps"), [("Pendulum-v1", 205), ("CartPole-v1", 120)])
+def test_stored_next_obs_is_the_true_final_observation_at_auto_reset(tmp_path: Path, env_id: str, steps: int) -> None:
+    agent = "sac" if env_id == "Pendulum-v1" else "dqn"
+    cfg = load_config(None, ["device=cpu", f"run_dir={tmp_path}", "progress=false", f"env.id={env_id}",
+                             f"agent.name={agent}", "env.num_envs=2", f"total_env_steps={2 * steps}",
+                             "agent.learning_starts=100000", "eval_every=100000", "checkpoint.every=100000"])
+    trainer = SyncTrainer(cfg, tmp_path)
+    trainer.run()
+    data = trainer.buffer[: len(trainer.buffer)]
+    task = trainer.env.task
+    if env_id == "Pendulum-v1":  # recover the state from [cos, sin, thdot]
+        state = torch.stack((torch.atan2(data["obs"][:, 1], data["obs"][:, 0]), data["obs"][:, 2]), -1)
+    else:
+        state = data["obs"]
+    expected_next, _, expected_term = task.dynamics(state, data["action"])
+    torch.testing.assert_close(data["next_obs"], task.observe(expected_next), rtol=1e-4, atol=1e-4)
+    assert torch.equal(data["terminated"], expected_term)
+    if env_id == "Pendulum-v1":  # 2 envs x 1 truncation at step 200, stored as not terminal
+        boundary = torch.arange(len(data)) // 2 == 199
+        assert not data["terminated"][boundary].any()
+        assert not torch.allclose(data["next_obs"][boundary], data["obs"][boundary.roll(2)])
+    else:
+        assert data["terminated"].any()
+
+
+def test_tiny_mbpo_run_measurably_improves_point_mass(tmp_path: Path) -> None:
+    cfg = load_config(None, [
+        "device=cpu", f"run_dir={tmp_path}", "progress=false", "env.id=PointMass-v0", "total_env_steps=300",
+        "eval_every=50", "eval_episodes=20", "agent.learning_starts=50", "agent.utd_ratio=5", "agent.batch_size=64",
+        "agent.sac.hidden_sizes=[32,32]", "agent.sac.actor_lr=3e-3", "agent.sac.critic_lr=3e-3",
+        "model.enabled=true", "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]", "model.train_freq=50",
+        "model.rollouts_per_real=4", "model.max_epochs=30", "model.epoch_length=100",
+        "model.rollout_schedule=[0,1,1,3]", "checkpoint.every=1000",
+    ])
+    trainer = SyncTrainer(cfg, tmp_path)
+    trainer.run()
+    rows = [r for r in read_metrics(tmp_path / "metrics.csv") if r["eval_return"]]
+    first = float(rows[0]["eval_return"])  # the policy before any update: about -8 to -9
+    last = sum(float(r["eval_return"]) for r in rows[-2:]) / 2
+    assert last > first + 2.0, (first, last)
+    assert float(rows[-1]["model_buffer_size"]) > 0 and rows[-1]["model_elites"]
+    assert trainer.model is not None and trainer.model.termination is None  # learned termination head in use
