@@ -7,6 +7,7 @@ loadable. ``load_latest`` also steps back past a file that fails to load.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import warnings
@@ -16,9 +17,20 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["save_checkpoint", "load_latest", "list_checkpoints", "capture_rng", "restore_rng"]
+__all__ = ["save_checkpoint", "load_latest", "list_checkpoints", "capture_rng", "restore_rng", "cpu_copy"]
 
 PREFIX, SUFFIX = "ckpt_", ".pt"
+
+
+def cpu_copy(obj: Any) -> Any:
+    """Deep copy with every tensor detached and on CPU: snapshots and checkpoints never hold CUDA tensors."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_copy(v) for v in obj)
+    return copy.deepcopy(obj)
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:

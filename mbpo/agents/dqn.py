@@ -22,22 +22,13 @@ from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
 from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.config import DQNConfig
+from mbpo.checkpoint import cpu_copy
 
 __all__ = ["DQN"]
 
 # Huber (smooth L1, beta=1) as in Mnih et al. 2015 and SB3: bounded gradients on large TD errors.
 LOSS_FUNCTION = "smooth_l1"
 
-
-def _cpu_copy(obj: Any) -> Any:
-    """Deep copy with every tensor detached and on CPU (checkpoints and snapshots never hold CUDA)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
 
 
 class DQN:
@@ -126,7 +117,7 @@ class DQN:
                 f"act() wants CPU obs of shape (N, {self.obs_dim}); got {tuple(obs.shape)} on {obs.device}"
             )
         if self._replica_version != self.num_updates:
-            self._replica.load_state_dict(_cpu_copy(self.q_net.state_dict()))
+            self._replica.load_state_dict(cpu_copy(self.q_net.state_dict()))
             self._replica_version = self.num_updates
         greedy = self._replica(obs.float()).argmax(dim=-1)
         if not explore:
@@ -204,8 +195,8 @@ class DQN:
     def snapshot(self) -> dict[str, Any]:
         """CPU-only publishable state; the target net is included so a rebuilt learner is complete."""
         return {
-            "q_net": _cpu_copy(self.q_net.state_dict()),
-            "target_q_net": _cpu_copy(self._target_state()),
+            "q_net": cpu_copy(self.q_net.state_dict()),
+            "target_q_net": cpu_copy(self._target_state()),
             "epsilon": float(self.epsilon),
             "num_updates": int(self.num_updates),
         }
@@ -232,7 +223,7 @@ class DQN:
         """Snapshot + optimizer + RNG + counters: everything for a bit-exact resume."""
         return {
             **self.snapshot(),
-            "optimizer": _cpu_copy(self.optimizer.state_dict()),
+            "optimizer": cpu_copy(self.optimizer.state_dict()),
             "act_generator": self.act_generator.get_state(),
             "num_skipped_updates": int(self.num_skipped_updates),
             "target_updater": dict(self.target_updater.state_dict()),

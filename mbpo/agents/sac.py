@@ -40,6 +40,7 @@ from torch import nn
 from mbpo.agents.networks import BatchedMLP, TanhGaussianActor, bf16_autocast_supported
 from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.config import SACConfig
+from mbpo.checkpoint import cpu_copy
 
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
@@ -92,16 +93,6 @@ class UpdateMetrics(Mapping[str, float]):
     def __repr__(self) -> str:
         return f"UpdateMetrics({self._host()})"
 
-
-def _cpu_copy(obj: Any) -> Any:
-    """Deep copy with every tensor detached and on CPU (snapshots and checkpoints never hold CUDA)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
 
 
 class SAC:
@@ -358,10 +349,10 @@ class SAC:
         """Publishable CPU state (deep copies): actor, critic, target critic, log_alpha, num_updates."""
         with self._weights_lock:
             return {
-                "actor": _cpu_copy(self.actor.state_dict()),
-                "critic": _cpu_copy(self.critic.state_dict()),
-                "target_critic": _cpu_copy(self.target_critic.state_dict()),
-                "log_alpha": _cpu_copy(self.log_alpha),
+                "actor": cpu_copy(self.actor.state_dict()),
+                "critic": cpu_copy(self.critic.state_dict()),
+                "target_critic": cpu_copy(self.target_critic.state_dict()),
+                "log_alpha": cpu_copy(self.log_alpha),
                 "num_updates": self.num_updates,
             }
 
@@ -387,12 +378,12 @@ class SAC:
         return {
             **self.snapshot(),
             "num_skipped_updates": self.num_skipped_updates,
-            "actor_optim": _cpu_copy(self.actor_optim.state_dict()),
-            "critic_optim": _cpu_copy(self.critic_optim.state_dict()),
-            "alpha_optim": _cpu_copy(self.alpha_optim.state_dict()),
+            "actor_optim": cpu_copy(self.actor_optim.state_dict()),
+            "critic_optim": cpu_copy(self.critic_optim.state_dict()),
+            "alpha_optim": cpu_copy(self.alpha_optim.state_dict()),
             "generator": self.generator.get_state(),
             "act_generator": self.act_generator.get_state(),
-            "metric_acc": _cpu_copy(self._metric_acc),
+            "metric_acc": cpu_copy(self._metric_acc),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -19,7 +19,6 @@ rollouts. Deviation from MBPO: the log-variance bounds are per member
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -32,6 +31,7 @@ from torch.nn import functional as F
 from mbpo.agents.networks import BatchedMLP, bf16_autocast_supported
 from mbpo.config import ModelConfig
 from mbpo.models.normalizer import Normalizer
+from mbpo.checkpoint import cpu_copy
 
 __all__ = ["DynamicsEnsemble", "Prediction", "select_elites", "IMPROVEMENT_THRESHOLD"]
 
@@ -57,16 +57,6 @@ def select_elites(holdout_mse: torch.Tensor | Sequence[float], num_elites: int) 
         raise ValueError(f"num_elites={num_elites} must be in [1, {losses.numel()}] (the number of losses given)")
     return torch.argsort(losses, stable=True)[:num_elites].tolist()
 
-
-def _cpu_copy(obj: Any) -> Any:
-    """Deep copy with every tensor detached and on CPU (checkpoints never hold device tensors)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu_copy(v) for v in obj)
-    return copy.deepcopy(obj)
 
 
 class DynamicsEnsemble(nn.Module):
@@ -418,7 +408,7 @@ class DynamicsEnsemble(nn.Module):
         """
         if args or kwargs:
             return super().state_dict(*args, **kwargs)
-        return {"model": _cpu_copy(super().state_dict()), "optimizer": _cpu_copy(self.optimizer.state_dict()),
+        return {"model": cpu_copy(super().state_dict()), "optimizer": cpu_copy(self.optimizer.state_dict()),
                 "elites": list(self.elites), "version": self.version, "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
