@@ -25,6 +25,10 @@ class Agent(Protocol):
     num_skipped_updates: int
     """Updates whose loss was non-finite and so never reached an optimizer step."""
 
+    @property
+    def acting_replica(self) -> torch.nn.Module:
+        """The CPU copy of the policy that :meth:`act` runs."""
+
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """Actions for CPU ``obs`` ``(N, obs_dim)`` from the CPU replica, on CPU.
 

@@ -109,6 +109,11 @@ class DQN:
         return {name: target.get(key) for name, key in self._keys.items()}
 
     # --- acting ------------------------------------------------------------------------------
+    @property
+    def acting_replica(self) -> nn.Module:
+        """The CPU copy of the policy that ``act`` runs (the device plan checks it is on CPU)."""
+        return self._replica
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """Epsilon-greedy (explore) or greedy int64 ``(N,)`` actions from the CPU replica."""

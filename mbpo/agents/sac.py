@@ -218,6 +218,11 @@ class SAC:
         return contextlib.nullcontext()
 
     # --- acting ---------------------------------------------------------------------------------
+    @property
+    def acting_replica(self) -> nn.Module:
+        """The CPU copy of the policy that ``act`` runs (the device plan checks it is on CPU)."""
+        return self._replica
+
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """Float32 ``(N, act_dim)`` CPU actions in the env's bounds; ``explore=False`` is ``tanh(mean)``."""
         if obs.device.type != "cpu" or obs.dim() != 2 or obs.shape[1] != self.obs_dim:

@@ -67,7 +67,7 @@ class SyncTrainer:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
                                     device, config.seed)
             components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
-        self.plan.check(components)
+        self.plan.check(components, {"policy replica": self.agent.acting_replica})
         self._action_generator = torch.Generator().manual_seed(config.seed)
         self.env_steps = 0
         self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)

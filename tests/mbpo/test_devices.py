@@ -72,3 +72,21 @@ def test_device_of_rejects_unknown_objects() -> None:
 def test_cuda_and_cuda0_are_the_same_device() -> None:
     plan = DevicePlan.resolve("cuda")
     plan.check({"learner": nn.Linear(1, 1).to("cuda:0")})
+
+
+def test_trainer_checks_its_components_at_start_up(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A learner built on the wrong device is caught before any env step, naming the acting replica too."""
+    from mbpo.agents.sac import SAC
+    from mbpo.config import load_config
+    from mbpo.trainers import SyncTrainer
+
+    real_init = SAC.__init__
+
+    def replica_on_meta(self: SAC, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)
+        self._replica = self._replica.to("meta")
+
+    monkeypatch.setattr(SAC, "__init__", replica_on_meta)
+    cfg = load_config(None, ["device=cpu", f"run_dir={tmp_path}", "agent.sac.hidden_sizes=[8]"])
+    with pytest.raises(DeviceMismatchError, match=r"(?s)env: cpu.*learner: cpu.*policy replica: meta   <-- must be cpu"):
+        SyncTrainer(cfg, tmp_path)
