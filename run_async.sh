@@ -38,7 +38,6 @@ main() {
     args+=("$a")
   done
   ensure_venv
-  cd "$ROOT"
   exec "$VENV/bin/python" -m mbpo "${args[@]}"
 }
 

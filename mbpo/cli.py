@@ -43,8 +43,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mbpo.trainers import SyncTrainer
 
     config = load_config(_config_path(args.config), args.overrides)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(config.run_dir or f"runs/{config.env.id}-{config.agent.name}-{stamp}")
+    if config.run_dir is None:  # unique even for runs started in the same second
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(f"runs/{config.env.id}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}")
+        run_dir.mkdir(parents=True, exist_ok=False)
+        config.run_dir = str(run_dir)
+    run_dir = Path(config.run_dir)
     if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise SystemExit(f"error: {run_dir} already holds a run with checkpoints; continue it with "
                          f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
@@ -172,9 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    flags = [a for a in argv if a == "--debug"]  # a global flag: accepted anywhere on the line
+    argv = [a for a in argv if a != "--debug"]
     if not any(a in COMMANDS or a in ("-h", "--help", "--help-config") for a in argv):
-        flags = [a for a in argv if a == "--debug"]
-        argv = flags + ["train"] + [a for a in argv if a != "--debug"]  # default: train the default config
+        argv = ["train", *argv]  # default: train the default config
+    argv = flags + argv
     args = build_parser().parse_args(argv)
     quiet_torchrl()
     if args.help_config:

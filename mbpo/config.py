@@ -280,6 +280,9 @@ def _validate(config: Config) -> None:
             raise ConfigError(
                 f"{key}={value!r} is out of range; expected a value in {'[' if low_inclusive else '('}{lo}, {hi}]"
             )
+    if not config.model.holdout_ratio < 1:
+        raise ConfigError(f"model.holdout_ratio={config.model.holdout_ratio!r} is out of range; expected a value "
+                          "in (0, 1): some real data must remain to train on")
     if config.model.num_elites > config.model.ensemble_size:
         raise ConfigError(f"model.num_elites={config.model.num_elites} is out of range; expected at most "
                           f"model.ensemble_size={config.model.ensemble_size}")

@@ -62,3 +62,9 @@ def test_cli_without_a_command_trains_the_default_config(monkeypatch: pytest.Mon
     monkeypatch.setattr(cli, "cmd_train", fake_train)  # build_parser binds the name at call time
     assert cli.main(["--debug", "seed=3"]) == 0
     assert seen["args"].config == "configs/pendulum_sac.yaml" and seen["args"].overrides == ["seed=3"]
+    assert seen["args"].debug
+
+
+def test_debug_flag_is_accepted_after_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["rollout", "--num-envs", "2", "--steps", "3", "--device", "cpu", "--debug"]) == 0
+    assert "debug mode" in capsys.readouterr().err

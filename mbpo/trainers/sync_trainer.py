@@ -83,7 +83,8 @@ class SyncTrainer:
         """Train until ``total_env_steps``; write the final checkpoint; return the last metrics row."""
         cfg = self.config
         own_logger = logger is None
-        logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress)
+        logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
+                                         resume_at=self.env_steps or None)  # a resumed run keeps its rows
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(cfg))  # the config in effect, resumes included
         if self._obs is None:

@@ -12,10 +12,11 @@ pytestmark = pytest.mark.timeout(30)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["pendulum_sac", "cartpole_dqn", "halfcheetah_sac"])
-def test_shipped_configs_load(name: str) -> None:
-    cfg = load_config(CONFIGS / f"{name}.yaml")
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_load(path: Path) -> None:
+    cfg = load_config(path)
     assert cfg.agent.name in ("sac", "dqn") and cfg.env.num_envs >= 1
+    assert cfg.model.enabled == path.stem.endswith("_mbpo")
 
 
 def test_required_keys_exist_with_their_names() -> None:
@@ -46,6 +47,7 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
         (["device=gpu"], "device='gpu' is not allowed; expected auto, cpu, cuda or cuda:N"),
         (["agent.sac.hidden_sizes=[]"], "expected a non-empty list of positive ints"),
         (["seed"], "is not of the form key=value"),
+        (["model.holdout_ratio=1.0"], r"expected a value in \(0, 1\)"),
     ],
 )
 def test_bad_values_are_rejected_before_anything_runs(overrides: list[str], message: str) -> None:
