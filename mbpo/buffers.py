@@ -22,7 +22,7 @@ from torchrl.data.replay_buffers.samplers import RandomSampler
 
 __all__ = [
     "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "TRANSITION_KEYS",
-    "ModelBuffer", "make_replay_buffer", "transitions",
+    "ModelBuffer", "make_replay_buffer", "transitions", "replay_state", "load_replay_state",
 ]
 
 OBS = "obs"
@@ -42,6 +42,30 @@ def make_replay_buffer(capacity: int, device: torch.device | str, generator: tor
         sampler=RandomSampler(),
         generator=generator,
     )
+
+
+def replay_state(rb: ReplayBuffer) -> dict:
+    """The filled part of a replay buffer plus writer and sampler RNG state, on CPU.
+
+    torchrl's own ``state_dict`` saves the whole preallocated storage: 165 MB for
+    an empty 1M-transition HalfCheetah buffer. Storage order is kept, so uniform
+    sampling by index continues exactly after :func:`load_replay_state`.
+    """
+    rng = rb._rng  # the generator given at construction (torchrl has no public getter)
+    return {
+        "data": rb[: len(rb)].cpu() if len(rb) else None,
+        "writer": dict(rb.writer.state_dict()),
+        "generator": None if rng is None else rng.get_state(),
+    }
+
+
+def load_replay_state(rb: ReplayBuffer, state: dict) -> None:
+    """Refill ``rb`` (new, empty, same capacity) from :func:`replay_state`."""
+    if state["data"] is not None:
+        rb.extend(state["data"].to(rb.storage.device))
+    rb.writer.load_state_dict(state["writer"])
+    if state["generator"] is not None:
+        rb._rng.set_state(state["generator"])
 
 
 def transitions(

@@ -35,8 +35,12 @@ def device_of(component: Any) -> torch.device:
     if isinstance(component, torch.Tensor):
         return component.device
     if isinstance(component, nn.Module):
-        for tensor in (*component.parameters(), *component.buffers()):
-            return tensor.device
+        devices = {t.device for t in (*component.parameters(), *component.buffers())}
+        if len(devices) > 1:  # half-moved: report a device that cannot match, listing them all
+            raise DeviceMismatchError(f"{type(component).__name__} has tensors on several devices: "
+                                      f"{', '.join(sorted(map(str, devices)))}; move it with .to(one device)")
+        if devices:
+            return devices.pop()
         raise TypeError(f"cannot tell the device of {type(component).__name__}: it has no parameters or buffers")
     storage = getattr(component, "_storage", None)  # torchrl ReplayBuffer
     if storage is not None and getattr(storage, "device", None) is not None:

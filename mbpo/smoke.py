@@ -139,20 +139,24 @@ def stage_rollout(ctx: SmokeContext) -> None:
     _expect(stats.stored > 0 and bool(torch.isfinite(batch["next_obs"]).all()), "rollouts stored nothing finite")
 
 
+POINT_MASS_MBPO = [
+    "env.id=PointMass-v0", "progress=false", "total_env_steps=600", "eval_every=100", "eval_episodes=20",
+    "agent.learning_starts=50", "agent.utd_ratio=5", "agent.batch_size=64", "agent.sac.hidden_sizes=[32,32]",
+    "agent.sac.actor_lr=1e-3", "agent.sac.critic_lr=1e-3", "agent.sac.init_alpha=0.05", "agent.sac.gamma=0.9",
+    "model.enabled=true", "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]", "model.train_freq=50",
+    "model.rollouts_per_real=4", "model.max_epochs=30", "model.epoch_length=100", "model.rollout_schedule=[0,1,1,3]",
+    "checkpoint.every=1000",
+]
+"""A tiny MBPO-SAC run that reliably steers PointMass-v0 to the origin (smoke stage and tests)."""
+
+
 def stage_training(ctx: SmokeContext) -> None:
     from mbpo.config import load_config
     from mbpo.metrics import read_metrics
     from mbpo.trainers import SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
-        config = load_config(None, [
-            "env.id=PointMass-v0", f"device={ctx.env.device}", f"run_dir={run_dir}", "progress=false",
-            "total_env_steps=300", "eval_every=50", "eval_episodes=20", "agent.learning_starts=50",
-            "agent.utd_ratio=5", "agent.batch_size=64", "agent.sac.hidden_sizes=[32,32]", "agent.sac.actor_lr=3e-3",
-            "agent.sac.critic_lr=3e-3", "model.enabled=true", "model.hidden_sizes=[32,32]",
-            "model.weight_decay=[0,0,0]", "model.train_freq=50", "model.rollouts_per_real=4", "model.max_epochs=30",
-            "model.epoch_length=100", "model.rollout_schedule=[0,1,1,3]", "checkpoint.every=1000",
-        ])
+        config = load_config(None, [*POINT_MASS_MBPO, f"device={ctx.env.device}", f"run_dir={run_dir}"])
         start = time.perf_counter()
         row = SyncTrainer(config, run_dir).run()
         evals = [float(r["eval_return"]) for r in read_metrics(f"{run_dir}/metrics.csv") if r["eval_return"]]
@@ -160,7 +164,8 @@ def stage_training(ctx: SmokeContext) -> None:
     print(f"  MBPO-SAC on PointMass-v0: {row['env_steps']} env steps, {row['updates']} updates, "
           f"model buffer {row['model_buffer_size']}, {time.perf_counter() - start:.1f}s")
     print(f"  eval return {first:.2f} -> {last:.2f} (mean of the last two evaluations)")
-    _expect(last > first + 2.0, f"MBPO did not improve PointMass: {first:.2f} -> {last:.2f}")
+    # Holding still scores about -8 (E[x0^2] = 1/3 over 25 steps); steering to 0 scores about -0.5.
+    _expect(last > -3.0 and last > first, f"MBPO did not learn PointMass: {first:.2f} -> {last:.2f}")
 
 
 def _expect(ok: bool, what: str) -> None:

@@ -26,6 +26,10 @@ class Agent(Protocol):
     """Updates whose loss was non-finite and so never reached an optimizer step."""
 
     @property
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """The learner's modules (online and target), which must all be on ``device``."""
+
+    @property
     def acting_replica(self) -> torch.nn.Module:
         """The CPU copy of the policy that :meth:`act` runs."""
 

@@ -110,6 +110,11 @@ class DQN:
 
     # --- acting ------------------------------------------------------------------------------
     @property
+    def networks(self) -> dict[str, nn.Module]:
+        """The learner's modules by name, for the device plan's start-up check."""
+        return {"q-network": self.q_net, "loss (target q-network)": self.loss}
+
+    @property
     def acting_replica(self) -> nn.Module:
         """The CPU copy of the policy that ``act`` runs (the device plan checks it is on CPU)."""
         return self._replica

@@ -219,6 +219,11 @@ class SAC:
 
     # --- acting ---------------------------------------------------------------------------------
     @property
+    def networks(self) -> dict[str, nn.Module]:
+        """The learner's modules by name, for the device plan's start-up check."""
+        return {"actor": self.actor, "critic": self.critic, "target critic": self.target_critic}
+
+    @property
     def acting_replica(self) -> nn.Module:
         """The CPU copy of the policy that ``act`` runs (the device plan checks it is on CPU)."""
         return self._replica

@@ -13,6 +13,8 @@ checkpoint continues bit-exactly.
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import time
 import warnings
@@ -25,18 +27,31 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import make_replay_buffer, transitions
+from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, transitions
 from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
-from mbpo.config import Config, load_config, to_yaml
+from mbpo.config import Config, ConfigError, load_config, to_yaml
 from mbpo.devices import DevicePlan
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
 from mbpo.model_based import ModelBased
 
-__all__ = ["SyncTrainer", "seed_everything"]
+__all__ = ["SyncTrainer", "seed_everything", "stream_seeds"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
 EVAL_SEED_OFFSET = 1_000_003
+
+
+STREAMS = ("env", "eval_env", "actions", "replay", "agent", "model")
+
+
+def stream_seeds(seed: int) -> dict[str, int]:
+    """One independent seed per RNG stream, derived from ``seed``.
+
+    Seeding every generator with the same ``seed`` makes streams that draw the
+    same distribution draw the same numbers (the env's initial states and the
+    warm-up random actions did); ``SeedSequence`` spreads them apart.
+    """
+    return dict(zip(STREAMS, np.random.SeedSequence(seed).generate_state(len(STREAMS)).tolist()))
 
 
 def seed_everything(seed: int) -> None:
@@ -55,23 +70,26 @@ class SyncTrainer:
         seed_everything(config.seed)
         self.plan = DevicePlan.resolve(config.device)
         device = self.plan.device
-        self.env = envs.make(config.env.id, config.env.num_envs, device=device, seed=config.seed)
-        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=device, seed=config.seed + 1)
-        self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device, config.seed)
+        seeds = stream_seeds(config.seed)
+        self.env = envs.make(config.env.id, config.env.num_envs, device=device, seed=seeds["env"])
+        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=device, seed=seeds["eval_env"])
+        self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
+                                seeds["agent"])
         self.buffer = make_replay_buffer(
-            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(config.seed)
+            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(seeds["replay"])
         )
         self.model: ModelBased | None = None
-        components = {"env": self.env, "eval env": self.eval_env, "learner": self.agent, "replay buffer": self.buffer}
+        components = {"env": self.env, "eval env": self.eval_env, "replay buffer": self.buffer,
+                      **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
-                                    device, config.seed)
+                                    device, seeds["model"])
             components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self.plan.check(components, {"policy replica": self.agent.acting_replica})
-        self._action_generator = torch.Generator().manual_seed(config.seed)
+        self._action_generator = torch.Generator().manual_seed(seeds["actions"])
         self.env_steps = 0
         self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)
-        self.pending_updates = 0.0  # fractional updates carried to the next vector step
+        self.updates_issued = 0  # update() calls so far: floor(learning_env_steps * utd_ratio), no float drift
         self.wall_s = 0.0
         self.last_eval_return: float | None = None
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
@@ -100,10 +118,10 @@ class SyncTrainer:
                     self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
                 if self.env_steps >= cfg.agent.learning_starts:
                     self.learning_env_steps += n
-                    self.pending_updates += n * cfg.agent.utd_ratio
-                    for _ in range(int(self.pending_updates)):
+                    due = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
+                    for _ in range(due):
                         self.agent.update(self._policy_batch())  # metrics: pop_metrics() at log time
-                    self.pending_updates -= int(self.pending_updates)
+                    self.updates_issued += due
                 evaluated = _crossed(before, self.env_steps, cfg.eval_every)
                 if evaluated:
                     returns = evaluate(self.agent, self.eval_env, cfg.seed + EVAL_SEED_OFFSET + self.env_steps)
@@ -165,8 +183,7 @@ class SyncTrainer:
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
             "utd_ratio": cfg.utd_ratio,
-            "utd_ratio_realised": (self.agent.num_updates + self.agent.num_skipped_updates)
-            / max(self.learning_env_steps, 1),
+            "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
             "updates_per_vector_step": self.env.num_envs * cfg.utd_ratio,
             "skipped_updates": self.agent.num_skipped_updates,
             **{k: round(v, 3) for k, v in rates.items()},
@@ -187,7 +204,7 @@ class SyncTrainer:
             "trainer": {
                 "env_steps": self.env_steps,
                 "learning_env_steps": self.learning_env_steps,
-                "pending_updates": self.pending_updates,
+                "updates_issued": self.updates_issued,
                 "wall_s": self.wall_s,
                 "last_eval_return": self.last_eval_return,
                 "episode_return": self._episode_return.clone(),
@@ -197,7 +214,7 @@ class SyncTrainer:
             },
             "env": env_state,
             "agent": self.agent.state_dict(),
-            "buffer": self.buffer.state_dict(),
+            "buffer": replay_state(self.buffer),
             "model": None if self.model is None else self.model.state_dict(),
             "rng": capture_rng(),
         }
@@ -205,13 +222,13 @@ class SyncTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         t = state["trainer"]
         self.env_steps, self.learning_env_steps = t["env_steps"], t["learning_env_steps"]
-        self.pending_updates, self.wall_s = t["pending_updates"], t["wall_s"]
+        self.updates_issued, self.wall_s = t["updates_issued"], t["wall_s"]
         self.last_eval_return = t["last_eval_return"]
         self._episode_return = t["episode_return"].clone()
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
         self._action_generator.set_state(t["action_generator"])
         self.agent.load_state_dict(state["agent"])
-        self.buffer.load_state_dict(state["buffer"])
+        load_replay_state(self.buffer, state["buffer"])
         if self.model is not None:
             self.model.load_state_dict(state["model"])
         if state["env"] is not None and hasattr(self.env, "load_state_dict"):
@@ -231,13 +248,42 @@ class SyncTrainer:
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | None = None) -> SyncTrainer:
-        """Rebuild the run in ``run_dir`` from its config.yaml and newest loadable checkpoint."""
+        """Rebuild the run in ``run_dir`` from its newest loadable checkpoint and that checkpoint's config.
+
+        Only keys that do not change what was built may be overridden (how long
+        and how often: ``RESUMABLE_OVERRIDES``); anything else is a ConfigError.
+        """
         run_dir = Path(run_dir)
-        config = load_config(run_dir / "config.yaml", overrides)
+        for item in overrides or []:
+            key = item.split("=", 1)[0]
+            if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
+                raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
+                                  f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
         _, state = load_latest(run_dir / "checkpoints")
+        config = load_config(None, [*_dotlist(state["config"]), *(overrides or [])])
         trainer = cls(config, run_dir)
         trainer.load_state_dict(state)
         return trainer
+
+
+RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
+
+
+def _dotlist(config_yaml: str) -> list[str]:
+    """A saved config.yaml as key=value overrides (the schema then re-validates it)."""
+    from omegaconf import OmegaConf
+
+    flat: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}{k}.", v)
+        else:
+            flat.append(f"{prefix[:-1]}={'null' if node is None else json.dumps(node)}")
+
+    walk("", OmegaConf.to_container(OmegaConf.create(config_yaml)))
+    return flat
 
 
 def _crossed(before: int, after: int, every: int) -> bool:

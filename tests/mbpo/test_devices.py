@@ -63,6 +63,12 @@ def test_acting_replica_must_be_on_cpu() -> None:
         plan.check({"learner": nn.Linear(1, 1)}, {"policy replica": nn.Linear(1, 1, device="meta")})
 
 
+def test_half_moved_module_is_a_mismatch() -> None:
+    net = nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 1, device="meta"))
+    with pytest.raises(DeviceMismatchError, match="several devices: cpu, meta"):
+        device_of(net)
+
+
 def test_device_of_rejects_unknown_objects() -> None:
     with pytest.raises(TypeError, match="cannot tell the device of object"):
         device_of(object())
@@ -74,8 +80,14 @@ def test_cuda_and_cuda0_are_the_same_device() -> None:
     plan.check({"learner": nn.Linear(1, 1).to("cuda:0")})
 
 
-def test_trainer_checks_its_components_at_start_up(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A learner built on the wrong device is caught before any env step, naming the acting replica too."""
+@pytest.mark.parametrize(("moved", "expected"), [
+    ("_replica", "policy replica: meta   <-- must be cpu"),
+    ("critic", "learner critic: meta   <-- expected cpu"),
+    ("target_critic", "learner target critic: meta   <-- expected cpu"),
+])
+def test_trainer_checks_its_components_at_start_up(tmp_path, monkeypatch: pytest.MonkeyPatch, moved: str,
+                                                   expected: str) -> None:
+    """A learner network or the acting replica on the wrong device is caught before any env step."""
     from mbpo.agents.sac import SAC
     from mbpo.config import load_config
     from mbpo.trainers import SyncTrainer
@@ -84,9 +96,9 @@ def test_trainer_checks_its_components_at_start_up(tmp_path, monkeypatch: pytest
 
     def replica_on_meta(self: SAC, *args: object, **kwargs: object) -> None:
         real_init(self, *args, **kwargs)
-        self._replica = self._replica.to("meta")
+        setattr(self, moved, getattr(self, moved).to("meta"))
 
     monkeypatch.setattr(SAC, "__init__", replica_on_meta)
     cfg = load_config(None, ["device=cpu", f"run_dir={tmp_path}", "agent.sac.hidden_sizes=[8]"])
-    with pytest.raises(DeviceMismatchError, match=r"(?s)env: cpu.*learner: cpu.*policy replica: meta   <-- must be cpu"):
+    with pytest.raises(DeviceMismatchError, match=rf"(?s)env: cpu.*{expected}"):
         SyncTrainer(cfg, tmp_path)

@@ -14,6 +14,7 @@ from mbpo.buffers import MODEL_VERSION, ModelBuffer, make_replay_buffer, transit
 from mbpo.config import load_config
 from mbpo.metrics import read_metrics
 from mbpo.model_based import ModelBased
+from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
 from mbpo.trainers import SyncTrainer
 
@@ -149,19 +150,13 @@ def test_stored_next_obs_is_the_true_final_observation_at_auto_reset(tmp_path: P
 
 
 def test_tiny_mbpo_run_measurably_improves_point_mass(tmp_path: Path) -> None:
-    cfg = load_config(None, [
-        "device=cpu", f"run_dir={tmp_path}", "progress=false", "env.id=PointMass-v0", "total_env_steps=300",
-        "eval_every=50", "eval_episodes=20", "agent.learning_starts=50", "agent.utd_ratio=5", "agent.batch_size=64",
-        "agent.sac.hidden_sizes=[32,32]", "agent.sac.actor_lr=3e-3", "agent.sac.critic_lr=3e-3",
-        "model.enabled=true", "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]", "model.train_freq=50",
-        "model.rollouts_per_real=4", "model.max_epochs=30", "model.epoch_length=100",
-        "model.rollout_schedule=[0,1,1,3]", "checkpoint.every=1000",
-    ])
+    cfg = load_config(None, [*POINT_MASS_MBPO, "device=cpu", f"run_dir={tmp_path}"])
     trainer = SyncTrainer(cfg, tmp_path)
     trainer.run()
     rows = [r for r in read_metrics(tmp_path / "metrics.csv") if r["eval_return"]]
-    first = float(rows[0]["eval_return"])  # the policy before any update: about -8 to -9
+    first = float(rows[0]["eval_return"])
     last = sum(float(r["eval_return"]) for r in rows[-2:]) / 2
-    assert last > first + 2.0, (first, last)
+    # Holding still scores about -8 (E[x0^2] = 1/3 over 25 steps); steering to 0 scores about -0.5.
+    assert last > -3.0 and last > first, (first, last)
     assert float(rows[-1]["model_buffer_size"]) > 0 and rows[-1]["model_elites"]
     assert trainer.model is not None and trainer.model.termination is None  # learned termination head in use
