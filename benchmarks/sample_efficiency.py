@@ -1,4 +1,6 @@
-"""Sample efficiency on native Pendulum-v1: MBPO-SAC against SAC (two ratios) and Stable-Baselines3 SAC.
+"""Sample efficiency: MBPO against model-free learners, same seeds, one invocation.
+
+``--task pendulum`` (default): MBPO-SAC against SAC (two ratios) and Stable-Baselines3 SAC.
 
 One invocation, same seeds, four learners:
 
@@ -13,7 +15,11 @@ episodes. Env steps to threshold = the first evaluation after which the mean
 return stays at -200 or better until the end of the budget. Prints one JSON line
 with per-seed figures and medians. ``--jobs 2`` runs two (learner, seed) pairs at once.
 
-    python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--jobs 2] [--only mbpo sac_same_ratio ...]
+``--task cartpole``: MBPO-DQN (configs/cartpole_mbpo.yaml) against the project's
+DQN (configs/cartpole_dqn.yaml); env steps to the first evaluation (every 500
+steps, 10 episodes) reaching 475. Target: MBPO-DQN needs at most a third.
+
+    python benchmarks/sample_efficiency.py [--task pendulum|cartpole] [--seeds 0 1 2] [--jobs 2] [--only ...]
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ OVERRIDES = {
     "sac_same_ratio": ["model.enabled=false"],
     "sac_utd1": ["model.enabled=false", "agent.utd_ratio=1"],
 }
+# CartPole: (config, budget); "reaches" = first eval at or above 475, every 500 env steps.
+CARTPOLE = {"mbpo_dqn": ("configs/cartpole_mbpo.yaml", 15_000), "dqn": ("configs/cartpole_dqn.yaml", 50_000)}
+CARTPOLE_TARGET, CARTPOLE_EVAL_EVERY = 475.0, 500
 
 
 def steps_to_threshold(evals: list[tuple[int, float]]) -> int | None:
@@ -93,6 +102,22 @@ def run_sb3(seed: int) -> list[tuple[int, float]]:
     return evals
 
 
+def run_cartpole(variant: str, seed: int) -> list[tuple[int, float]]:
+    from mbpo.config import load_config
+    from mbpo.metrics import read_metrics
+    from mbpo.trainers import SyncTrainer
+
+    path, budget = CARTPOLE[variant]
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = load_config(path, [
+            f"seed={seed}", "device=cpu", f"run_dir={run_dir}", "progress=false", f"total_env_steps={budget}",
+            f"eval_every={CARTPOLE_EVAL_EVERY}", f"eval_episodes={EVAL_EPISODES}", f"checkpoint.every={budget}",
+        ])
+        SyncTrainer(config, run_dir).run()
+        return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
+                if r["eval_return"]]
+
+
 def job(args: tuple[str, int]) -> dict[str, Any]:
     variant, seed = args
     import torch
@@ -100,26 +125,54 @@ def job(args: tuple[str, int]) -> dict[str, Any]:
     torch.set_num_threads(1)
     quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
     start = time.perf_counter()
+    if variant in CARTPOLE:
+        evals = run_cartpole(variant, seed)
+        reached = next((step for step, ret in evals if ret >= CARTPOLE_TARGET), None)
+        return {"variant": variant, "seed": seed, "env_steps_to_475": reached,
+                "final_eval_return": round(evals[-1][1], 1), "wall_s": round(time.perf_counter() - start, 1),
+                "evals": [(s, round(r, 1)) for s, r in evals]}
     evals = run_sb3(seed) if variant == "sb3" else run_ours(variant, seed)
     return {"variant": variant, "seed": seed, "env_steps_to_threshold": steps_to_threshold(evals),
             "final_eval_return": round(evals[-1][1], 1), "wall_s": round(time.perf_counter() - start, 1),
             "evals": [(s, round(r, 1)) for s, r in evals]}
 
 
+def cartpole_summary(runs: list[dict[str, Any]], variants: list[str], seeds: list[int]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for variant in variants:
+        steps = [r["env_steps_to_475"] for r in runs if r["variant"] == variant]
+        known = sorted(s if s is not None else float("inf") for s in steps)
+        median = statistics.median(known)
+        summary[variant] = {"budget_env_steps": CARTPOLE[variant][1], "steps_to_475": steps,
+                            "median": None if median == float("inf") else median}
+    result: dict[str, Any] = {"benchmark": "sample_efficiency", "env": "CartPole-v1", "target_return": 475.0,
+                              "eval_every": CARTPOLE_EVAL_EVERY, "seeds": seeds, "summary": summary, "runs": runs}
+    mbpo, dqn = summary.get("mbpo_dqn", {}).get("median"), summary.get("dqn", {}).get("median")
+    if mbpo is not None and dqn is not None:
+        result["mbpo_over_dqn"] = round(mbpo / dqn, 3)
+        result["targets"] = {"mbpo_dqn_at_most_a_third_of_dqn": mbpo <= dqn / 3}
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=1, help="(learner, seed) runs in parallel, one thread each")
-    parser.add_argument("--only", nargs="+", choices=sorted(BUDGETS), default=sorted(BUDGETS))
+    parser.add_argument("--task", choices=["pendulum", "cartpole"], default="pendulum")
+    parser.add_argument("--only", nargs="+", choices=sorted(BUDGETS) + sorted(CARTPOLE), default=None)
     args = parser.parse_args()
-    tasks = [(v, s) for v in args.only for s in args.seeds]
+    variants = args.only or sorted(BUDGETS if args.task == "pendulum" else CARTPOLE)
+    tasks = [(v, s) for v in variants for s in args.seeds]
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             runs = pool.map(job, tasks, chunksize=1)
     else:
         runs = [job(t) for t in tasks]
+    if args.task == "cartpole":
+        print(json.dumps(cartpole_summary(runs, variants, args.seeds)))
+        return
     summary: dict[str, Any] = {}
-    for variant in args.only:
+    for variant in variants:
         steps = [r["env_steps_to_threshold"] for r in runs if r["variant"] == variant]
         known = sorted(s if s is not None else float("inf") for s in steps)
         median = statistics.median(known)
