@@ -76,17 +76,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from omegaconf import OmegaConf
-
     from mbpo.agents import make_agent
     from mbpo.checkpoint import load_checkpoint
-    from mbpo.config import Config
+    from mbpo.config import config_from_yaml
     from mbpo.devices import DevicePlan
     from mbpo.evaluation import evaluate
 
     state = load_checkpoint(args.checkpoint)
-    config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config),
-                                                         OmegaConf.create(state["config"])))
+    config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
     env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed)
     agent = make_agent(config.agent, env.observation_space, env.action_space, device, config.seed)

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-__all__ = ["Config", "ConfigError", "load_config", "to_yaml", "describe"]
+__all__ = ["Config", "ConfigError", "load_config", "config_from_yaml", "to_yaml", "describe"]
 
 
 class ConfigError(ValueError):
@@ -234,13 +234,21 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Schema defaults, then the YAML file, then ``key=value`` overrides; validated."""
+    text = None
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        text = path.read_text()
+    return config_from_yaml(text, overrides)
+
+
+def config_from_yaml(text: str | None, overrides: list[str] | None = None) -> Config:
+    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint)."""
     try:
         cfg: DictConfig = OmegaConf.structured(Config)
-        if path is not None:
-            path = Path(path)
-            if not path.is_file():
-                raise ConfigError(f"config file {str(path)!r} does not exist")
-            cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
+        if text is not None:
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(text))
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")

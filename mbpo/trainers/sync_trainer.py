@@ -13,7 +13,6 @@ checkpoint continues bit-exactly.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -29,7 +28,7 @@ import envs
 from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, transitions
 from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
-from mbpo.config import Config, ConfigError, load_config, to_yaml
+from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
 from mbpo.devices import DevicePlan
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
@@ -260,30 +259,13 @@ class SyncTrainer:
                 raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
                                   f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
         _, state = load_latest(run_dir / "checkpoints")
-        config = load_config(None, [*_dotlist(state["config"]), *(overrides or [])])
+        config = config_from_yaml(state["config"], overrides)
         trainer = cls(config, run_dir)
         trainer.load_state_dict(state)
         return trainer
 
 
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
-
-
-def _dotlist(config_yaml: str) -> list[str]:
-    """A saved config.yaml as key=value overrides (the schema then re-validates it)."""
-    from omegaconf import OmegaConf
-
-    flat: list[str] = []
-
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(f"{prefix}{k}.", v)
-        else:
-            flat.append(f"{prefix[:-1]}={'null' if node is None else json.dumps(node)}")
-
-    walk("", OmegaConf.to_container(OmegaConf.create(config_yaml)))
-    return flat
 
 
 def _crossed(before: int, after: int, every: int) -> bool:
