@@ -16,13 +16,15 @@ a dedicated ``torch.Generator`` so a checkpoint can restore it exactly.
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
+from mbpo.debug import check_indices
+
 __all__ = [
     "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "TRANSITION_KEYS",
-    "ModelBuffer", "make_replay_buffer", "transitions", "replay_state", "load_replay_state",
+    "ModelBuffer", "make_replay_buffer", "sample_real", "transitions", "replay_state", "load_replay_state",
 ]
 
 OBS = "obs"
@@ -42,6 +44,15 @@ def make_replay_buffer(capacity: int, device: torch.device | str, generator: tor
         sampler=RandomSampler(),
         generator=generator,
     )
+
+
+def sample_real(rb: ReplayBuffer, batch_size: int, check: bool = False) -> TensorDictBase:
+    """``batch_size`` uniform samples; ``check`` adds a host-side bounds check of the indices (debug mode)."""
+    if not check:
+        return rb.sample(batch_size=batch_size)
+    batch, info = rb.sample(batch_size=batch_size, return_info=True)
+    check_indices(torch.as_tensor(info["index"]), len(rb), "replay buffer sample")
+    return batch
 
 
 def replay_state(rb: ReplayBuffer) -> dict:

@@ -152,6 +152,38 @@ class CheckpointConfig:
 
 
 @dataclass
+class RuntimeConfig:
+    num_collectors: int = 1
+    """Collector threads, each with its own vectorized env (env.num_envs envs) and CPU policy replica."""
+    collection_batch_size: int = 64
+    """Transitions per batch a collector pushes (rounded up to whole vector steps of env.num_envs)."""
+    max_queue_size: int = 8
+    """Batches the collector -> learner queue holds; memory stays bounded whatever the learner's speed."""
+    queue_full: str = "block"
+    """What a collector does when the queue is full: block (wait for the learner) or drop_oldest (count it)."""
+    publish_every: int = 20
+    """Policy updates between versioned CPU weight snapshots published to the collectors."""
+    ratio_tolerance: float = 0.1
+    """Realised utd_ratio, model trainings and rollouts per real transition stay within this fraction of
+    their targets: collectors wait when they run further ahead."""
+    collector_timeout_s: float = 60.0
+    """A collector with no batch (and not waiting on the queue or the ratio gate) for this long is hung:
+    it is reported and the run goes on with the rest."""
+    max_restarts: int = 3
+    """Collector failures restarted (from the latest snapshot) before the run stops with an error."""
+    shutdown_timeout_s: float = 10.0
+    """Deadline for joining the worker threads on stop, Ctrl-C or SIGTERM."""
+    nonfinite: str = "raise"
+    """A non-finite observation or reward from an env: raise (naming env index and field) or drop (count it)."""
+    learner_threads: int = 1
+    """torch intra-op threads of the learner thread (policy updates)."""
+    model_threads: int = 1
+    """torch intra-op threads of the model thread (ensemble training and rollouts)."""
+    collector_threads: int = 1
+    """torch intra-op threads of each collector thread (CPU acting)."""
+
+
+@dataclass
 class Config:
     seed: int = 0
     """Seed of every RNG (python, numpy, torch, envs, replay sampling)."""
@@ -171,6 +203,10 @@ class Config:
     """Show a tqdm progress bar."""
     torch_threads: int = 1
     """torch intra-op threads of the learner; RL-sized nets run fastest on 1-2, more only contend."""
+    trainer: str = "async"
+    """async (collector threads, model thread and learner overlap) or sync (the reference loop)."""
+    debug: bool = False
+    """Debug mode (--debug): anomaly detection, one collector, a small queue, checks at every hand-off."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The training env (evaluation builds a separate one of the same id)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -179,12 +215,17 @@ class Config:
     """The dynamics ensemble and branched rollouts (MBPO); model.enabled=false gives the plain learner."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpointing."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """The async runtime: collectors, queue, weight publishing, ratio gating, supervision."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.activation": ("swish", "relu"),
     "agent.name": ("sac", "dqn"),
     "agent.sac.precision": ("fp32", "bf16"),
+    "trainer": ("async", "sync"),
+    "runtime.queue_full": ("block", "drop_oldest"),
+    "runtime.nonfinite": ("raise", "drop"),
 }
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # key -> (low, high, low inclusive); None = unbounded on that side.
@@ -229,6 +270,17 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.real_ratio": (0, 1, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
+    "runtime.num_collectors": (1, None, True),
+    "runtime.collection_batch_size": (1, None, True),
+    "runtime.max_queue_size": (1, None, True),
+    "runtime.publish_every": (1, None, True),
+    "runtime.ratio_tolerance": (0, None, False),
+    "runtime.collector_timeout_s": (0, None, False),
+    "runtime.max_restarts": (0, None, True),
+    "runtime.shutdown_timeout_s": (0, None, False),
+    "runtime.learner_threads": (1, None, True),
+    "runtime.model_threads": (1, None, True),
+    "runtime.collector_threads": (1, None, True),
 }
 
 

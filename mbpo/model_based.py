@@ -12,14 +12,16 @@ reported by :meth:`ModelBased.metrics`.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
-from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer
+from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_real
+from mbpo.debug import check_indices
 from mbpo.config import ModelConfig
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.termination import known_termination
@@ -47,7 +49,8 @@ class ModelBased:
             config, int(observation_space.shape[0]), action_space, device, seed=seed,
             learn_termination=self.termination is None,
         )
-        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)
+        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)  # training and rollouts
+        self.batch_generator = torch.Generator(device=device).manual_seed(seed + 7927)  # policy batches (learner)
         self.rollout_len = rollout_length(config.rollout_schedule, 0)
         self.model_buffer = ModelBuffer(self._capacity(self.rollout_len), device)
         self.trainings = 0
@@ -55,6 +58,12 @@ class ModelBased:
         self.nonfinite_branches = 0
         self.last_rollout_env_steps = 0
         self.last_fit: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        """Guards the model buffer: the async model thread writes it while the learner samples it."""
+        self.buffer_ready: torch.cuda.Event | None = None
+        """CUDA event recorded after the newest rollouts were written (None on CPU)."""
+        self.debug = False
+        """Host-side bounds checks on start-state and elite indices (debug mode)."""
 
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
@@ -64,37 +73,59 @@ class ModelBased:
     # -- the two calls the trainer makes -------------------------------------------
     def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: Any) -> bool:
         """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
-        c = self.config
-        if after // c.train_freq <= before // c.train_freq or len(real) < 2:
+        if after // self.config.train_freq <= before // self.config.train_freq or len(real) < 2:
             return False
         data = real[: len(real)]
-        self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED])
-        self.trainings += 1
-        self.rollout_len = rollout_length(c.rollout_schedule, after / c.epoch_length)
-        self.model_buffer.resize(self._capacity(self.rollout_len))
-        num_starts = int(c.rollouts_per_real * (after - self.last_rollout_env_steps))
-        self.last_rollout_env_steps = after
-        if num_starts > 0:
-            idx = torch.randint(len(real), (num_starts,), generator=self.generator, device=self.device)
-            start = data[OBS][idx]
-            batch, stats = branched_rollouts(
-                start, self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
-                self.generator,
-            )
-            self.model_buffer.add(batch)
-            self.rollouts_started += stats.started
-            self.nonfinite_branches += stats.nonfinite
+        self.train(data, after)
+        self.rollout(data, after, policy)
         return True
+
+    def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None) -> None:
+        """Fit the ensemble on the real ``data`` (``env_steps`` real transitions collected so far)."""
+        c = self.config
+        self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED],
+                                          should_stop=should_stop)
+        self.trainings += 1
+        self.rollout_len = rollout_length(c.rollout_schedule, env_steps / c.epoch_length)
+
+    def rollout(self, data: TensorDict, env_steps: int, policy: Any) -> None:
+        """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
+        since the last call, into the model buffer."""
+        c = self.config
+        num_starts = int(c.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
+        self.last_rollout_env_steps = env_steps
+        with self.lock:
+            self.model_buffer.resize(self._capacity(self.rollout_len))
+        if num_starts <= 0:
+            return
+        idx = torch.randint(data.shape[0], (num_starts,), generator=self.generator, device=self.device)
+        if self.debug:
+            check_indices(idx, data.shape[0], "rollout start states")
+            check_indices(torch.as_tensor(self.ensemble.elites), self.ensemble.ensemble_size, "elite indices")
+        batch, stats = branched_rollouts(
+            data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
+            self.generator,
+        )
+        with self.lock:
+            self.model_buffer.add(batch)
+            if self.device.type == "cuda":  # the learner's stream waits on this before sampling
+                self.buffer_ready = torch.cuda.Event()
+                self.buffer_ready.record()
+        self.rollouts_started += stats.started
+        self.nonfinite_branches += stats.nonfinite
 
     def policy_batch(self, real: ReplayBuffer, batch_size: int) -> TensorDict:
         """``real_ratio`` of the batch from the real buffer, the rest from the model buffer."""
-        if len(self.model_buffer) == 0:
-            return real.sample(batch_size=batch_size)
-        n_real = int(round(batch_size * self.config.real_ratio))
-        model = self.model_buffer.sample(batch_size - n_real, self.generator).select(*TRANSITION_KEYS)
+        with self.lock:
+            if self.buffer_ready is not None:
+                torch.cuda.current_stream(self.device).wait_event(self.buffer_ready)
+            if len(self.model_buffer) == 0:
+                return sample_real(real, batch_size, self.debug)
+            n_real = int(round(batch_size * self.config.real_ratio))
+            model = self.model_buffer.sample(batch_size - n_real, self.batch_generator).select(*TRANSITION_KEYS)
         if n_real == 0:
             return model
-        return torch.cat((real.sample(batch_size=n_real).select(*TRANSITION_KEYS), model))
+        return torch.cat((sample_real(real, n_real, self.debug).select(*TRANSITION_KEYS), model))
 
     # -- reporting and state ----------------------------------------------------------
     def metrics(self, env_steps: int) -> dict[str, Any]:
@@ -117,6 +148,7 @@ class ModelBased:
             "ensemble": self.ensemble.state_dict(),
             "model_buffer": self.model_buffer.state_dict(),
             "generator": self.generator.get_state(),
+            "batch_generator": self.batch_generator.get_state(),
             "counters": {"trainings": self.trainings, "rollouts_started": self.rollouts_started,
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps},
@@ -127,6 +159,7 @@ class ModelBased:
         self.ensemble.load_state_dict(state["ensemble"])
         self.model_buffer.load_state_dict(state["model_buffer"])
         self.generator.set_state(state["generator"])
+        self.batch_generator.set_state(state["batch_generator"])
         for key, value in state["counters"].items():
             setattr(self, key, value)
         self.last_fit = dict(state["last_fit"])

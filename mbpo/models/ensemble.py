@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -279,12 +279,10 @@ class DynamicsEnsemble(nn.Module):
     # --- training -------------------------------------------------------------------------------
     def fit(
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-        terminated: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None, should_stop: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Train on ``N`` real transitions until early stopping, keep each member's best epoch, pick elites.
-
-        Host syncs: one per epoch (holdout MSE and train loss together) plus a few per call.
-        """
+        """Train on ``N`` real transitions until early stopping (or ``should_stop()``, checked every epoch),
+        keep each member's best epoch, pick elites. Host syncs: one per epoch plus a few per call."""
         c, m = self.config, self.ensemble_size
         x, target, term = self._fit_data(obs, action, reward, next_obs, terminated)
         n = x.shape[0]
@@ -300,7 +298,8 @@ class DynamicsEnsemble(nn.Module):
         epochs = since_improved = 0
         train_loss = float("nan")
         self.train()
-        while (c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience:
+        while (c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and not (
+                should_stop and should_stop()):
             epoch_loss = self.train_epoch(*train_set, boot)
             epochs += 1
             *mse, train_loss = torch.cat((self._mse(x_hold, t_hold), epoch_loss.reshape(1))).tolist()

@@ -1,0 +1,238 @@
+"""Collectors: CPU acting against a vectorized env, pushing TensorDict batches into a bounded queue.
+
+Each collector owns one vectorized env (on the env's device) and a CPU replica
+of the policy at some published version. Per vector step it moves the
+observations to CPU, acts there, sends the actions back to the env's device
+and steps; every ``collection_batch_size`` transitions it pushes one
+:class:`CollectorBatch` whose transitions carry ``policy_version`` and
+``collector_id``. Between batches it picks up the newest snapshot and asks the
+:class:`~mbpo.runtime.gate.RatioGate` for more budget.
+
+The trainer only talks to the :class:`Collector` protocol (start, stop, join,
+close, heartbeat, error), so a process backend (spawn + shared memory) or a
+Ray backend can implement it later without changing the trainer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+
+import envs
+from mbpo.buffers import transitions
+from mbpo.config import AgentConfig
+from mbpo.debug import check_transitions
+from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.weights import WeightStore
+
+__all__ = ["Collector", "CollectorBatch", "CollectorSetup", "ThreadCollector", "NonFiniteEnvError",
+           "POLICY_VERSION", "COLLECTOR_ID"]
+
+POLICY_VERSION = "policy_version"
+"""int64 ``(B,)``: the published weight version the collector acted with (0: initial or random actions)."""
+COLLECTOR_ID = "collector_id"
+"""int64 ``(B,)``: which collector produced the transition."""
+
+
+class NonFiniteEnvError(RuntimeError):
+    """An env returned a non-finite observation or reward (runtime.nonfinite=raise)."""
+
+
+@dataclass
+class CollectorBatch:
+    data: TensorDict
+    """Transitions (mbpo.buffers keys + policy_version + collector_id) on the env's device."""
+    collector_id: int
+    policy_version: int
+    episode_returns: list[float] = field(default_factory=list)
+    """Returns of the episodes that finished in this batch."""
+    env_steps: int = 0
+    """Env transitions taken for this batch, dropped ones included."""
+    dropped_nonfinite: int = 0
+    """Transitions dropped because the env returned a non-finite value (runtime.nonfinite=drop)."""
+    created_at: float = 0.0
+    """time.monotonic() when the batch was pushed."""
+
+
+@dataclass
+class CollectorSetup:
+    """Everything collectors share; plain data, so another backend could ship it to its workers."""
+
+    agent: AgentConfig
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Space
+    num_envs: int
+    vector_steps_per_batch: int
+    learning_starts: int
+    nonfinite: str = "raise"
+    torch_threads: int = 1
+    debug: bool = False
+
+
+class Collector(Protocol):
+    """What the trainer needs from a collector, whatever runs it."""
+
+    collector_id: int
+    incarnation: int
+    """0 for the first start, +1 per restart."""
+    last_beat: float
+    """time.monotonic() of the last sign of progress (a batch pushed, or waiting on the queue or gate)."""
+    error: BaseException | None
+    """Set when the collector died of an exception (with its traceback)."""
+    batches: int
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def join(self, timeout: float) -> bool: ...
+    def is_alive(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class ThreadCollector:
+    """A collector on its own Python thread (torch releases the GIL inside its ops)."""
+
+    def __init__(
+        self,
+        collector_id: int,
+        incarnation: int,
+        setup: CollectorSetup,
+        env: envs.VecEnv,
+        queue: TransitionQueue[CollectorBatch],
+        weights: WeightStore,
+        gate: RatioGate,
+        seed: int,
+        make_agent: Callable[..., Any],
+    ) -> None:
+        self.collector_id, self.incarnation = collector_id, incarnation
+        self.setup, self.env, self.queue, self.weights, self.gate = setup, env, queue, weights, gate
+        self.seed = seed
+        self._make_agent = make_agent
+        self.error: BaseException | None = None
+        self.batches = 0
+        self.policy_version = 0
+        self.last_beat = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
+                                        daemon=True)
+        self._closed = False
+
+    # -- the Collector protocol ----------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> bool:
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop and close the env (which also releases an env stuck in ``step``). Idempotent."""
+        self.stop()
+        if not self._closed:
+            self._closed = True
+            self.env.close()
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    # -- the thread ----------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            torch.set_num_threads(self.setup.torch_threads)
+            self._collect()
+        except BaseException as exc:  # noqa: BLE001 - handed to the supervisor with its traceback
+            self.error = exc
+
+    def _collect(self) -> None:
+        s, env = self.setup, self.env
+        policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", self.seed)
+        random_gen = torch.Generator().manual_seed(self.seed + 1)
+        obs = env.reset(seed=self.seed)
+        episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
+        while not self._stop.is_set():
+            latest = self.weights.latest()
+            if latest is not None and latest.version != self.policy_version:
+                policy.load_snapshot(latest.snapshot)  # atomic: a published snapshot never changes
+                self.policy_version = latest.version
+            first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
+            if granted == 0:
+                return
+            try:
+                batch, obs = self._batch(policy, random_gen, obs, first, granted // env.num_envs, episode_return)
+            except BaseException:
+                self.gate.release(granted)
+                raise
+            if s.debug:
+                check_transitions(batch.data, f"collector {self.collector_id} -> queue", env.device,
+                                  env.obs_dim, env.action_space)
+            if not self.queue.put(batch, self._stop, self.beat):
+                self.gate.release(granted)  # stopped while the queue was full: never ingested
+                return
+            self.batches += 1
+            self.beat()
+
+    def _batch(
+        self, policy: Any, random_gen: torch.Generator, obs: torch.Tensor, first: int, vector_steps: int,
+        episode_return: torch.Tensor,
+    ) -> tuple[CollectorBatch, torch.Tensor]:
+        env, n = self.env, self.env.num_envs
+        parts: list[TensorDict] = []
+        returns: list[float] = []
+        dropped = 0
+        for t in range(vector_steps):
+            if first + t * n < self.setup.learning_starts:
+                actions = envs.random_actions(env, random_gen)
+            else:
+                actions = policy.act(obs.cpu(), explore=True).to(env.device)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            done = terminated | truncated
+            real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
+            step = transitions(obs, actions, reward, real_next, terminated)
+            finite = torch.isfinite(obs).all(-1) & torch.isfinite(reward) & torch.isfinite(real_next).all(-1)
+            finite_cpu = finite.cpu()
+            reward_cpu, done_cpu = reward.cpu().double(), done.cpu()
+            if not bool(finite_cpu.all()):
+                self._nonfinite(step, finite_cpu, first + t * n)
+                dropped += int((~finite_cpu).sum())
+                step = step[finite.to(step.device)]
+                reward_cpu = torch.where(finite_cpu, reward_cpu, 0.0)
+            parts.append(step)
+            episode_return += reward_cpu
+            if bool(done_cpu.any()):
+                returns.extend(episode_return[done_cpu].tolist())
+                episode_return[done_cpu] = 0.0
+            obs = next_obs
+            if not bool(torch.isfinite(obs).all()):
+                obs = env.reset()  # a poisoned state cannot be acted on: start every env afresh
+                episode_return.zero_()
+        data = torch.cat(parts)
+        b = data.shape[0]
+        data[POLICY_VERSION] = torch.full((b,), self.policy_version, dtype=torch.int64, device=data.device)
+        data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
+        return CollectorBatch(data, self.collector_id, self.policy_version, returns, vector_steps * n, dropped,
+                              time.monotonic()), obs
+
+    def _nonfinite(self, step: TensorDict, finite: torch.Tensor, at_transition: int) -> None:
+        if self.setup.nonfinite == "drop":
+            return
+        row = int((~finite).nonzero()[0, 0])
+        fields = [name for name, value in (("obs", step["obs"][row]), ("reward", step["reward"][row]),
+                                           ("next_obs", step["next_obs"][row]))
+                  if not bool(torch.isfinite(value).all())]
+        raise NonFiniteEnvError(
+            f"collector {self.collector_id}: env index {row} returned a non-finite {' and '.join(fields)} "
+            f"(values {[step[f][row].tolist() for f in fields]}) at env step {at_transition + row}; "
+            "set runtime.nonfinite=drop to drop such transitions and count them instead")

@@ -1,0 +1,143 @@
+"""Ratio gating: the run's shared counters and the rule that holds collectors back.
+
+MBPO's budgets are per real transition: ``utd_ratio`` policy updates,
+``1 / train_freq`` model trainings and ``rollouts_per_real`` branched rollouts.
+Asynchronously, nothing forces them, so collectors ask :meth:`RatioGate.reserve`
+before each batch and wait while the learner's update backlog or the model's
+training backlog is larger than ``tolerance`` of the data so far (at least one
+batch per collector, so the run can always move). The learner never runs
+ahead either: it only issues the updates ingested data has earned.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Callable
+
+__all__ = ["RatioGate"]
+
+POLL_S = 0.05
+
+
+class RatioGate:
+    """Counters (reserved, ingested, updates, model trainings) under one condition variable."""
+
+    def __init__(
+        self,
+        total_env_steps: int,
+        num_envs: int,
+        learning_starts: int,
+        utd_ratio: float,
+        train_freq: int | None,
+        tolerance: float,
+        min_lead: int,
+    ) -> None:
+        self.total_env_steps = total_env_steps
+        self.num_envs = num_envs
+        self.learning_starts = learning_starts
+        self.utd_ratio = utd_ratio
+        self.train_freq = train_freq
+        self.tolerance = tolerance
+        self.min_lead = min_lead
+        self.reserved = 0
+        """Transitions handed to collectors (env steps taken or about to be)."""
+        self.ingested = 0
+        """Transitions in the replay buffer."""
+        self.updates = 0
+        """Policy updates issued."""
+        self.trainings = 0
+        """Model trainings completed."""
+        self.waits = 0
+        """Times a collector had to wait at the gate."""
+        self._cond = threading.Condition()
+
+    # -- what has been earned ------------------------------------------------------
+    def learning_transitions(self, ingested: int | None = None) -> int:
+        """Transitions that earn updates: from the vector step that reaches ``learning_starts`` on
+        (the SyncTrainer's rule, so both trainers issue the same number of updates)."""
+        ingested = self.ingested if ingested is None else ingested
+        if ingested < self.learning_starts:
+            return 0
+        return ingested - max(self.learning_starts - self.num_envs, 0)
+
+    def updates_earned(self, ingested: int | None = None) -> int:
+        return math.floor(self.learning_transitions(ingested) * self.utd_ratio + 1e-9)
+
+    def updates_due(self) -> int:
+        with self._cond:
+            return self.updates_earned() - self.updates
+
+    def trainings_earned(self, ingested: int | None = None) -> int:
+        if self.train_freq is None:
+            return 0
+        return (self.ingested if ingested is None else ingested) // self.train_freq
+
+    def trainings_due(self) -> int:
+        with self._cond:
+            return self.trainings_earned() - self.trainings
+
+    def lead(self) -> int:
+        """How many ingested transitions the learner or the model may lag behind."""
+        return max(int(self.tolerance * self.ingested), self.min_lead)
+
+    def _blocked(self) -> str | None:
+        """Why a collector must wait now, or None."""
+        behind = max(self.ingested - self.lead(), 0)
+        if self.updates < self.updates_earned(behind):
+            return "learner"
+        if self.trainings < self.trainings_earned(behind):
+            return "model"
+        return None
+
+    # -- collectors ------------------------------------------------------------------
+    def reserve(
+        self, vector_steps: int, stop: threading.Event, heartbeat: Callable[[], None] | None = None
+    ) -> tuple[int, int]:
+        """Wait until the ratios allow more data, then reserve up to ``vector_steps`` vector steps of the
+        budget; returns ``(first transition index, transitions reserved)``, 0 reserved once the budget
+        is spent or ``stop`` is set."""
+        with self._cond:
+            while self._blocked() is not None and not stop.is_set():
+                self.waits += 1
+                if heartbeat is not None:
+                    heartbeat()  # waiting on the gate is not hanging
+                self._cond.wait(POLL_S)
+            first = self.reserved
+            if stop.is_set():
+                return first, 0
+            left = -(-(self.total_env_steps - self.reserved) // self.num_envs)  # vector steps, rounded up
+            granted = max(min(vector_steps, left), 0) * self.num_envs
+            self.reserved += granted
+            return first, granted
+
+    def release(self, transitions: int) -> None:
+        """Give back a reservation that will never be ingested (a failed or hung collector's batch)."""
+        with self._cond:
+            self.reserved -= transitions
+            self._cond.notify_all()
+
+    @property
+    def budget_spent(self) -> bool:
+        with self._cond:
+            return self.reserved >= self.total_env_steps
+
+    # -- learner and model thread --------------------------------------------------------
+    def add(self, ingested: int = 0, updates: int = 0, trainings: int = 0) -> None:
+        """Record progress and wake waiting collectors."""
+        with self._cond:
+            self.ingested += ingested
+            self.updates += updates
+            self.trainings += trainings
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], stop: threading.Event, timeout: float = POLL_S) -> bool:
+        """Wait up to ``timeout`` for ``predicate()`` (evaluated under the lock); returns its value."""
+        with self._cond:
+            if not predicate() and not stop.is_set():
+                self._cond.wait(timeout)
+            return predicate()
+
+    def notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()

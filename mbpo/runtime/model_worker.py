@@ -1,0 +1,97 @@
+"""The model thread: dynamics-ensemble training and branched rollouts, concurrent with policy updates.
+
+The ensemble is touched only by this thread (training, then rollouts, in one
+cycle), so it needs no lock of its own; a checkpoint waits on
+:attr:`ModelWorker.cycle_lock` for a consistent ensemble. The model buffer is
+shared with the learner under ``ModelBased.lock``. Rollouts act with a device
+copy of the policy loaded from the newest published snapshot, never with the
+learner's live networks (which change mid-rollout), and on GPU run on their
+own stream, handed to the learner through events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+from torchrl.data import ReplayBuffer
+
+from mbpo.model_based import ModelBased
+from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.streams import Lane
+from mbpo.runtime.weights import WeightStore
+
+__all__ = ["ModelWorker"]
+
+
+class ModelWorker:
+    """Fit the ensemble whenever the gate says a training is due, then roll out into the model buffer."""
+
+    def __init__(
+        self,
+        model: ModelBased,
+        real: ReplayBuffer,
+        real_lock: threading.Lock,
+        gate: RatioGate,
+        weights: WeightStore,
+        rollout_agent: Any,
+        stop: threading.Event,
+        torch_threads: int,
+    ) -> None:
+        self.model, self.real, self.real_lock = model, real, real_lock
+        self.gate, self.weights, self.rollout_agent, self.stop = gate, weights, rollout_agent, stop
+        self.torch_threads = torch_threads
+        self.cycle_lock = threading.Lock()
+        """Held for a whole train + rollout cycle: whoever reads the ensemble's state takes it."""
+        self.error: BaseException | None = None
+        self.policy_version = 0
+        """Published weight version the last rollouts acted with."""
+        self.busy_s = 0.0
+        self.lane = Lane(model.device)
+        self._thread = threading.Thread(target=self._main, name="mbpo-model", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _main(self) -> None:
+        try:
+            torch.set_num_threads(self.torch_threads)
+            with self.lane.active():
+                while not self.stop.is_set():
+                    if self.gate.wait_for(lambda: self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
+                        self._cycle()
+        except BaseException as exc:  # noqa: BLE001 - the supervisor re-raises it in the main thread
+            self.error = exc
+
+    def _cycle(self) -> None:
+        start = time.perf_counter()
+        with self.cycle_lock:
+            with self.real_lock:
+                self.lane.wait_default()  # the learner's writes to the replay buffer come first
+                env_steps = self.gate.ingested
+                data = self.real[: len(self.real)].clone()
+            if data.shape[0] < 2:
+                self.gate.add(trainings=1)
+                return
+            self.model.train(data, env_steps, should_stop=self.stop.is_set)
+            if self.stop.is_set():
+                return  # a cut-short fit keeps its best epochs, but a stopping run needs no rollouts
+            latest = self.weights.latest()
+            if latest is not None and latest.version != self.policy_version:
+                self.rollout_agent.load_snapshot(latest.snapshot)
+                self.policy_version = latest.version
+            self.lane.wait_default()  # learner reads of model-buffer rows this cycle overwrites come first
+            self.model.rollout(data, env_steps, self.rollout_agent.rollout_act)  # records buffer_ready
+            self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
+        self.busy_s += time.perf_counter() - start
+        self.gate.add(trainings=1)

@@ -1,0 +1,179 @@
+"""What the sync and async trainers share: building the learner side, metrics rows, checkpoints, resume.
+
+Both trainers hold the same learner (agent, replay buffer, optional MBPO
+model) on the plan's device and count the same things, so their checkpoints
+share one format and their metrics rows one set of columns.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs
+from mbpo.agents import make_agent
+from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state
+from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
+from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
+from mbpo.devices import DevicePlan
+from mbpo.model_based import ModelBased
+
+__all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "RESUMABLE_OVERRIDES"]
+
+RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
+EVAL_SEED_OFFSET = 1_000_003
+STREAMS = ("env", "eval_env", "actions", "replay", "agent", "model")
+RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
+
+
+def stream_seeds(seed: int) -> dict[str, int]:
+    """One independent seed per RNG stream, derived from ``seed``.
+
+    Seeding every generator with the same ``seed`` makes streams that draw the
+    same distribution draw the same numbers (the env's initial states and the
+    warm-up random actions did); ``SeedSequence`` spreads them apart.
+    """
+    return dict(zip(STREAMS, np.random.SeedSequence(seed).generate_state(len(STREAMS)).tolist()))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def crossed(before: int, after: int, every: int) -> bool:
+    """Whether env steps crossed a multiple of ``every`` going from ``before`` to ``after``."""
+    return after // every > before // every
+
+
+class Trainer:
+    """The learner side of a run; subclasses bring the training env(s) and the loop."""
+
+    def __init__(self, config: Config, run_dir: str | Path, env: envs.VecEnv | None = None) -> None:
+        """``env`` (built by the subclass after seeding, see :meth:`_make_env`) gives the spaces."""
+        self.config = config
+        self.run_dir = Path(run_dir)
+        torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
+        seed_everything(config.seed)
+        self.plan = DevicePlan.resolve(config.device)
+        device = self.plan.device
+        self.seeds = stream_seeds(config.seed)
+        self.env = self._make_env()
+        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=device, seed=self.seeds["eval_env"])
+        self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
+                                self.seeds["agent"])
+        self.buffer = make_replay_buffer(
+            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(self.seeds["replay"])
+        )
+        self.model: ModelBased | None = None
+        self.components: dict[str, Any] = {
+            "env": self.env, "eval env": self.eval_env, "replay buffer": self.buffer,
+            **{f"learner {name}": net for name, net in self.agent.networks.items()}}
+        if config.model.enabled:
+            self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
+                                    device, self.seeds["model"])
+            self.model.debug = config.debug
+            self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
+        self.env_steps = 0
+        self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)
+        self.updates_issued = 0  # update() calls so far: floor(learning_env_steps * utd_ratio), no float drift
+        self.wall_s = 0.0
+        self.last_eval_return: float | None = None
+        self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+
+    def check_devices(self) -> None:
+        """Start-up assertion: every component on the plan's device, the policy replica on CPU."""
+        self.plan.check(self.components, {"policy replica": self.agent.acting_replica})
+
+    def _make_env(self) -> envs.VecEnv:
+        """The training env (the first collector's, for the async trainer)."""
+        return envs.make(self.config.env.id, self.config.env.num_envs, device=self.plan.device,
+                         seed=self.seeds["env"])
+
+    def eval_seed(self) -> int:
+        return self.config.seed + EVAL_SEED_OFFSET + self.env_steps
+
+    def _row(self, wall_s: float, rates: dict[str, float], evaluated: bool) -> dict[str, Any]:
+        cfg = self.config.agent
+        row: dict[str, Any] = {
+            "env_steps": self.env_steps,
+            "updates": self.agent.num_updates,
+            "wall_s": round(wall_s, 3),
+            "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
+            "eval_return": self.last_eval_return if evaluated else None,
+            "utd_ratio": cfg.utd_ratio,
+            "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
+            "updates_per_vector_step": self.config.env.num_envs * cfg.utd_ratio,
+            "skipped_updates": self.agent.num_skipped_updates,
+            **{k: round(v, 3) for k, v in rates.items()},
+        }
+        metrics = self.agent.pop_metrics()
+        metrics.pop("updates"), metrics.pop("skipped")
+        row.update(metrics)
+        if self.model is not None:
+            row.update(self.model.metrics(self.env_steps))
+        return row
+
+    # -- checkpoint and resume ---------------------------------------------------
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "env_steps": self.env_steps,
+            "learning_env_steps": self.learning_env_steps,
+            "updates_issued": self.updates_issued,
+            "wall_s": self.wall_s,
+            "last_eval_return": self.last_eval_return,
+            "recent_returns": list(self._recent_returns),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "config": to_yaml(self.config),
+            "trainer": self._trainer_state(),
+            "env": None,
+            "agent": self.agent.state_dict(),
+            "buffer": replay_state(self.buffer),
+            "model": None if self.model is None else self.model.state_dict(),
+            "rng": capture_rng(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        t = state["trainer"]
+        self.env_steps, self.learning_env_steps = t["env_steps"], t["learning_env_steps"]
+        self.updates_issued, self.wall_s = t["updates_issued"], t["wall_s"]
+        self.last_eval_return = t["last_eval_return"]
+        self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
+        self.agent.load_state_dict(state["agent"])
+        load_replay_state(self.buffer, state["buffer"])
+        if self.model is not None:
+            self.model.load_state_dict(state["model"])
+        restore_rng(state["rng"])
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir / "checkpoints", self.env_steps, self.state_dict(),
+                               self.config.checkpoint.keep)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
+        """Rebuild the run in ``run_dir`` from its newest loadable checkpoint and that checkpoint's config.
+
+        Only keys that do not change what was built may be overridden (how long
+        and how often: ``RESUMABLE_OVERRIDES``); anything else is a ConfigError.
+        """
+        run_dir = Path(run_dir)
+        for item in overrides or []:
+            key = item.split("=", 1)[0]
+            if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
+                raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
+                                  f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
+        _, state = load_latest(run_dir / "checkpoints")
+        config = config_from_yaml(state["config"], overrides)
+        trainer = cls(config, run_dir)
+        trainer.load_state_dict(state)
+        return trainer
