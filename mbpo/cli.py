@@ -29,7 +29,7 @@ from envs import random_actions
 from mbpo.config import ConfigError, describe, load_config
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
-DEFAULT_CONFIG = "configs/pendulum_sac.yaml"
+DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,7 +40,7 @@ def _config_path(path: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mbpo.trainers import SyncTrainer
+    from mbpo.trainers import make_trainer
 
     config = load_config(_config_path(args.config), args.overrides)
     if config.run_dir is None:  # unique even for runs started in the same second
@@ -52,18 +52,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise SystemExit(f"error: {run_dir} already holds a run with checkpoints; continue it with "
                          f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-    print(f"[mbpo] training {config.agent.name} on {config.env.id} x{config.env.num_envs}, "
-          f"device={config.device}; run dir {run_dir}", file=sys.stderr)
-    row = SyncTrainer(config, run_dir).run()
+    if args.debug or os.environ.get("MBPO_DEBUG") == "1":
+        config.debug = True
+    mode = "MBPO-" if config.model.enabled else ""
+    print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id} "
+          f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
+    trainer = make_trainer(config, run_dir)
+    row = trainer.run()
     print(json.dumps({"run_dir": str(run_dir), **row}))
-    return 0
+    return getattr(trainer, "exit_code", 0)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from mbpo.metrics import MetricsLogger
-    from mbpo.trainers import SyncTrainer
+    from mbpo.trainers import resume_trainer
 
-    trainer = SyncTrainer.resume(args.run_dir, args.overrides)
+    trainer = resume_trainer(args.run_dir, args.overrides)
     print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps", file=sys.stderr)
     logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
                            resume_at=trainer.env_steps)
@@ -72,7 +76,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     finally:
         logger.close()
     print(json.dumps({"run_dir": str(args.run_dir), **row}))
-    return 0
+    return getattr(trainer, "exit_code", 0)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ class MetricsLogger:
             from torchrl.record.loggers import TensorboardLogger
 
             self.tensorboard = TensorboardLogger(exp_name="tb", log_dir=str(run_dir))
+        tqdm.monitor_interval = 0  # no tqdm_monitor thread: a closed run leaves no thread behind
         self.bar = tqdm(total=total_env_steps, initial=resume_at or 0, unit="step", dynamic_ncols=True,
                         disable=not progress, desc="env steps")
 
@@ -71,7 +72,7 @@ class MetricsLogger:
     def close(self) -> None:
         self.bar.close()
         if self.tensorboard is not None:
-            self.tensorboard.experiment.flush()
+            self.tensorboard.experiment.close()  # flushes and stops the event-writer thread
 
     def _rewrite(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -92,6 +92,15 @@ class Collector(Protocol):
     def stop(self) -> None: ...
     def join(self, timeout: float) -> bool: ...
     def is_alive(self) -> bool: ...
+    def abandon(self) -> int:
+        """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
+        which the caller hands back to the gate."""
+        with self._lock:
+            self.abandoned = True
+            self._stop.set()
+            in_flight, self.in_flight = self.in_flight, 0
+            return in_flight
+
     def close(self) -> None: ...
 
 
@@ -118,6 +127,10 @@ class ThreadCollector:
         self.batches = 0
         self.policy_version = 0
         self.last_beat = time.monotonic()
+        self.in_flight = 0
+        """Transitions reserved from the budget and not yet pushed (returned to the gate if abandoned)."""
+        self.abandoned = False
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
                                         daemon=True)
@@ -137,6 +150,15 @@ class ThreadCollector:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+    def abandon(self) -> int:
+        """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
+        which the caller hands back to the gate."""
+        with self._lock:
+            self.abandoned = True
+            self._stop.set()
+            in_flight, self.in_flight = self.in_flight, 0
+            return in_flight
 
     def close(self) -> None:
         """Stop and close the env (which also releases an env stuck in ``step``). Idempotent."""
@@ -168,21 +190,36 @@ class ThreadCollector:
                 policy.load_snapshot(latest.snapshot)  # atomic: a published snapshot never changes
                 self.policy_version = latest.version
             first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
+            with self._lock:
+                if self.abandoned:
+                    self.gate.release(granted)
+                    return
+                self.in_flight = granted
             if granted == 0:
                 return
             try:
                 batch, obs = self._batch(policy, random_gen, obs, first, granted // env.num_envs, episode_return)
+                if s.debug:
+                    check_transitions(batch.data, f"collector {self.collector_id} -> queue", env.device,
+                                      env.obs_dim, env.action_space)
             except BaseException:
-                self.gate.release(granted)
+                self._give_back()
                 raise
-            if s.debug:
-                check_transitions(batch.data, f"collector {self.collector_id} -> queue", env.device,
-                                  env.obs_dim, env.action_space)
+            with self._lock:
+                if self.abandoned:
+                    return  # declared hung meanwhile: its reservation was already handed back
             if not self.queue.put(batch, self._stop, self.beat):
-                self.gate.release(granted)  # stopped while the queue was full: never ingested
+                self._give_back()  # stopped while the queue was full: never ingested
                 return
+            with self._lock:
+                self.in_flight = 0
             self.batches += 1
             self.beat()
+
+    def _give_back(self) -> None:
+        with self._lock:
+            in_flight, self.in_flight = self.in_flight, 0
+        self.gate.release(in_flight)
 
     def _batch(
         self, policy: Any, random_gen: torch.Generator, obs: torch.Tensor, first: int, vector_steps: int,

@@ -48,6 +48,8 @@ class RatioGate:
         """Policy updates issued."""
         self.trainings = 0
         """Model trainings completed."""
+        self.discarded = 0
+        """Reserved transitions that will never be ingested (queue drop_oldest)."""
         self.waits = 0
         """Times a collector had to wait at the gate."""
         self._cond = threading.Condition()
@@ -78,12 +80,15 @@ class RatioGate:
             return self.trainings_earned() - self.trainings
 
     def lead(self) -> int:
-        """How many ingested transitions the learner or the model may lag behind."""
-        return max(int(self.tolerance * self.ingested), self.min_lead)
+        """How many collected transitions the learner or the model may lag behind: ``tolerance`` of the
+        transitions that earn updates, and at least ``min_lead`` (one batch) so the run can always move."""
+        return max(int(self.tolerance * self.learning_transitions(self.reserved - self.discarded)), self.min_lead)
 
-    def _blocked(self) -> str | None:
-        """Why a collector must wait now, or None."""
-        behind = max(self.ingested - self.lead(), 0)
+    def _blocked(self, request: int) -> str | None:
+        """Why a collector must wait before taking ``request`` more transitions, or None. Measured against
+        what collectors have taken (queued and in-flight batches included, the request too), so neither a
+        full queue nor several collectors can hide a backlog from the gate."""
+        behind = max(self.reserved + request - self.discarded - self.lead(), 0)
         if self.updates < self.updates_earned(behind):
             return "learner"
         if self.trainings < self.trainings_earned(behind):
@@ -98,7 +103,7 @@ class RatioGate:
         budget; returns ``(first transition index, transitions reserved)``, 0 reserved once the budget
         is spent or ``stop`` is set."""
         with self._cond:
-            while self._blocked() is not None and not stop.is_set():
+            while self._blocked(vector_steps * self.num_envs) is not None and not stop.is_set():
                 self.waits += 1
                 if heartbeat is not None:
                     heartbeat()  # waiting on the gate is not hanging
@@ -110,6 +115,12 @@ class RatioGate:
             granted = max(min(vector_steps, left), 0) * self.num_envs
             self.reserved += granted
             return first, granted
+
+    def discard(self, transitions: int) -> None:
+        """Collected transitions that were thrown away (queue drop_oldest): they spent budget but earn nothing."""
+        with self._cond:
+            self.discarded += transitions
+            self._cond.notify_all()
 
     def release(self, transitions: int) -> None:
         """Give back a reservation that will never be ingested (a failed or hung collector's batch)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 __all__ = ["TransitionQueue", "QUEUE_FULL_POLICIES"]
 
@@ -21,13 +21,14 @@ POLL_S = 0.05
 class TransitionQueue(Generic[T]):
     """A FIFO of at most ``max_size`` items with a block or drop-oldest policy when full."""
 
-    def __init__(self, max_size: int, when_full: str = "block") -> None:
+    def __init__(self, max_size: int, when_full: str = "block", on_drop: Callable[[T], None] | None = None) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
         if when_full not in QUEUE_FULL_POLICIES:
             raise ValueError(f"when_full={when_full!r} is not allowed; expected one of {QUEUE_FULL_POLICIES}")
         self.max_size = max_size
         self.when_full = when_full
+        self.on_drop = on_drop
         self.dropped = 0
         """Batches discarded by drop_oldest."""
         self._items: collections.deque[T] = collections.deque()
@@ -37,7 +38,7 @@ class TransitionQueue(Generic[T]):
         with self._cond:
             return len(self._items)
 
-    def put(self, item: T, stop: threading.Event, on_wait: object = None) -> bool:
+    def put(self, item: T, stop: threading.Event, on_wait: Callable[[], None] | None = None) -> bool:
         """Enqueue ``item``; False if ``stop`` was set while blocked on a full queue (item not enqueued).
 
         ``on_wait`` (a callable) is called on every poll while blocked, e.g. a heartbeat.
@@ -45,12 +46,14 @@ class TransitionQueue(Generic[T]):
         with self._cond:
             while len(self._items) >= self.max_size:
                 if self.when_full == "drop_oldest":
-                    self._items.popleft()
+                    oldest = self._items.popleft()
                     self.dropped += 1
+                    if self.on_drop is not None:
+                        self.on_drop(oldest)
                     break
                 if stop.is_set():
                     return False
-                if callable(on_wait):
+                if on_wait is not None:
                     on_wait()
                 self._cond.wait(POLL_S)
             self._items.append(item)

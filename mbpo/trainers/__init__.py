@@ -1,5 +1,31 @@
-"""Training loops: SyncTrainer (the deterministic reference); the async runtime comes next."""
+"""Training loops: AsyncTrainer (collectors, model thread and learner overlap) and SyncTrainer
+(the deterministic reference)."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from mbpo.config import Config
+from mbpo.trainers.async_trainer import AsyncTrainer
+from mbpo.trainers.base import Trainer
 from mbpo.trainers.sync_trainer import SyncTrainer
 
-__all__ = ["SyncTrainer"]
+__all__ = ["AsyncTrainer", "SyncTrainer", "Trainer", "trainer_class", "make_trainer", "resume_trainer"]
+
+
+def trainer_class(config: Config) -> type[Trainer]:
+    """The trainer ``config.trainer`` names."""
+    return AsyncTrainer if config.trainer == "async" else SyncTrainer
+
+
+def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
+    """Resume ``run_dir`` with the trainer its checkpoint's config names."""
+    from mbpo.checkpoint import load_latest
+    from mbpo.config import config_from_yaml
+
+    _, state = load_latest(Path(run_dir) / "checkpoints")
+    return trainer_class(config_from_yaml(state["config"])).resume(run_dir, overrides)
+
+
+def make_trainer(config: Config, run_dir: str | Path) -> Trainer:
+    return trainer_class(config)(config, run_dir)

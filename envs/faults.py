@@ -1,0 +1,88 @@
+"""A fault-injecting VecEnv wrapper, shared by the reliability tests and the benchmarks.
+
+``FaultyEnv(env, fault, at_step)`` behaves exactly like ``env`` until its
+``at_step``-th ``step`` call (counting from 1), then:
+
+* ``raise``: raises :class:`InjectedFault`;
+* ``hang``: blocks until :meth:`FaultyEnv.close` (or ``hang_s`` passes), like a stuck simulator;
+* ``nan_obs`` / ``nan_reward``: returns NaN in row ``env_index`` of the observation / reward;
+* ``slow``: sleeps ``delay_s`` in every step from ``at_step`` on (a slow simulator).
+
+Faults fire once (``slow`` keeps going). Pair it with the async trainer's
+``env_factory(collector_id, incarnation, seed)`` to choose which collectors fail.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from envs.base import StepResult, VecEnv
+
+__all__ = ["FaultyEnv", "InjectedFault", "FAULTS"]
+
+FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow")
+
+
+class InjectedFault(RuntimeError):
+    """The error a ``raise`` fault throws."""
+
+
+class FaultyEnv(VecEnv):
+    """Wraps ``env``; see the module docstring."""
+
+    def __init__(self, env: VecEnv, fault: str, at_step: int = 1, env_index: int = 0, hang_s: float = 600.0,
+                 delay_s: float = 0.0) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"fault={fault!r} is not allowed; expected one of {', '.join(FAULTS)}")
+        if at_step < 1:
+            raise ValueError(f"at_step must be >= 1 (the first step call is 1), got {at_step}")
+        if not 0 <= env_index < env.num_envs:
+            raise ValueError(f"env_index={env_index} is out of range for num_envs={env.num_envs}")
+        self.env, self.fault, self.at_step, self.env_index = env, fault, at_step, env_index
+        self.hang_s, self.delay_s = hang_s, delay_s
+        self.num_envs, self.device = env.num_envs, env.device
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.max_episode_steps = env.max_episode_steps
+        self.steps = 0
+        self.fired = False
+        self._released = threading.Event()
+
+    @property
+    def episode_steps(self) -> torch.Tensor:  # type: ignore[override]
+        return self.env.episode_steps
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed=seed)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.steps += 1
+        if self.fault == "slow" and self.steps >= self.at_step:
+            time.sleep(self.delay_s)
+            return self.env.step(actions)
+        if self.steps != self.at_step or self.fired:
+            return self.env.step(actions)
+        self.fired = True
+        if self.fault == "raise":
+            raise InjectedFault(f"injected fault at step {self.steps}")
+        if self.fault == "hang":
+            self._released.wait(self.hang_s)
+            raise InjectedFault(f"injected hang at step {self.steps} ended (env closed)")
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if self.fault == "nan_obs":
+            obs = obs.clone()
+            obs[self.env_index] = float("nan")
+            if "final_obs" in info:
+                info = {**info, "final_obs": info["final_obs"].clone()}
+                info["final_obs"][self.env_index] = float("nan")
+        else:
+            reward = reward.clone()
+            reward[self.env_index] = float("nan")
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Closes the wrapped env and releases a ``hang`` in progress."""
+        self._released.set()
+        self.env.close()

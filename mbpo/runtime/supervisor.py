@@ -1,0 +1,150 @@
+"""Supervision: collector restarts and hang detection, worker errors, and stop signals.
+
+The main thread calls :meth:`CollectorPool.check` every few tens of
+milliseconds, so an exception in any collector reaches it well within 2 s,
+with the original traceback. A failed collector is restarted (fresh env, the
+newest published weights) while the restart budget lasts; after that the run
+stops cleanly and raises :class:`CollectorFailure`. A collector with no sign
+of progress for ``collector_timeout_s`` is reported as hung, abandoned (its
+env is closed, which releases a simulator stuck in ``step``) and the run goes
+on with the rest.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+import traceback
+from types import FrameType
+from typing import Any, Callable
+
+from mbpo.runtime.collectors import Collector, NonFiniteEnvError
+from mbpo.runtime.gate import RatioGate
+
+__all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error"]
+
+
+class CollectorFailure(RuntimeError):
+    """A collector failed and the restart budget is spent (or the failure cannot be restarted)."""
+
+
+class WorkerError(RuntimeError):
+    """A non-collector worker (the model thread) failed; the original exception is the cause."""
+
+
+def format_error(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+class CollectorPool:
+    """Starts ``num_collectors`` collectors and keeps them running (or says why it cannot)."""
+
+    def __init__(
+        self,
+        num_collectors: int,
+        make_collector: Callable[[int, int], Collector],
+        gate: RatioGate,
+        max_restarts: int,
+        timeout_s: float,
+        log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
+    ) -> None:
+        self.make_collector, self.gate = make_collector, gate
+        self.max_restarts, self.timeout_s, self.log = max_restarts, timeout_s, log
+        self.collectors: dict[int, Collector] = {i: make_collector(i, 0) for i in range(num_collectors)}
+        self.restarts = 0
+        self.hung: set[int] = set()
+        self.retired: list[Collector] = []
+        """Failed or hung incarnations (joined at close)."""
+
+    def start(self) -> None:
+        for c in self.collectors.values():
+            c.start()
+
+    @property
+    def finished(self) -> bool:
+        """Every live collector ran out of budget and exited normally."""
+        return all(not c.is_alive() and c.error is None for i, c in self.collectors.items() if i not in self.hung)
+
+    def check(self) -> None:
+        """Restart failed collectors, abandon hung ones; raise CollectorFailure when the run cannot go on."""
+        now = time.monotonic()
+        for cid, c in list(self.collectors.items()):
+            if cid in self.hung:
+                continue
+            if c.error is not None:
+                self._failed(cid, c)
+            elif c.is_alive() and now - c.last_beat > self.timeout_s:
+                self.hung.add(cid)
+                self.gate.release(c.abandon())
+                c.close()
+                self.retired.append(c)
+                self.log(f"[mbpo] collector {cid} is hung: no batch for {now - c.last_beat:.1f} s "
+                         f"(runtime.collector_timeout_s={self.timeout_s}); going on with the rest")
+        if len(self.hung) == len(self.collectors):
+            raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
+
+    def _failed(self, cid: int, c: Collector) -> None:
+        error = c.error
+        assert error is not None
+        c.close()
+        self.retired.append(c)
+        if isinstance(error, NonFiniteEnvError) or self.restarts >= self.max_restarts:
+            why = ("a non-finite env value is not restartable" if isinstance(error, NonFiniteEnvError)
+                   else f"restart budget spent ({self.restarts}/{self.max_restarts})")
+            raise CollectorFailure(f"collector {cid} failed; {why}: {error}") from error
+        self.restarts += 1
+        self.log(f"[mbpo] collector {cid} failed; restarting it from the newest weights "
+                 f"(restart {self.restarts}/{self.max_restarts}):\n{format_error(error)}")
+        replacement = self.make_collector(cid, c.incarnation + 1)
+        self.collectors[cid] = replacement
+        replacement.start()
+
+    def stop(self) -> None:
+        for c in [*self.collectors.values(), *self.retired]:
+            c.stop()
+
+    def join(self, deadline: float) -> list[str]:
+        """Join every collector thread by ``deadline`` (time.monotonic()); names of the ones still alive."""
+        late = []
+        for c in [*self.collectors.values(), *self.retired]:
+            if not c.join(max(deadline - time.monotonic(), 0.0)):
+                late.append(f"collector {c.collector_id}.{c.incarnation}")
+        return late
+
+    def close(self) -> None:
+        for c in [*self.collectors.values(), *self.retired]:
+            c.close()
+
+
+class StopOnSignals:
+    """Within the block, SIGINT and SIGTERM set ``stop`` (and remember which) instead of killing the process.
+
+    Python only lets the main thread install handlers; elsewhere this is a no-op.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+            print(f"\n[mbpo] {signal.Signals(signum).name}: stopping (draining the queue, joining threads, "
+                  "writing a final checkpoint)", file=sys.stderr)
+        self.stop.set()
+
+    def __enter__(self) -> StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

@@ -1,0 +1,350 @@
+"""AsyncTrainer: collectors, the model thread and the learner run at the same time, on the ratios MBPO needs.
+
+Threads and what they own:
+
+* ``num_collectors`` collector threads (mbpo.runtime.collectors): an env each
+  and a CPU policy replica; they push batches into a bounded queue.
+* the model thread (mbpo.runtime.model_worker): the dynamics ensemble; trains
+  it when a training is due and rolls out into the model buffer.
+* the main thread: the learner. It ingests batches into the replay buffer,
+  issues exactly the updates the ingested data has earned (``utd_ratio``),
+  publishes a CPU snapshot every ``publish_every`` updates, evaluates, logs,
+  checkpoints, and supervises the others (mbpo.runtime.supervisor).
+
+The :class:`~mbpo.runtime.gate.RatioGate` holds collectors back when the
+learner or the model falls more than ``ratio_tolerance`` behind. Ctrl-C or
+SIGTERM stops the run cleanly: the queue is drained, threads are joined, a final
+checkpoint is written and :attr:`AsyncTrainer.exit_code` is 130 or 143.
+Unlike the SyncTrainer it is not bit-reproducible (thread timing decides which
+policy version acts), and a resume starts new episodes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+import envs
+from mbpo.agents import make_agent
+from mbpo.buffers import TRANSITION_KEYS, sample_real
+from mbpo.config import Config, to_yaml
+from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
+from mbpo.devices import DeviceMismatchError
+from mbpo.evaluation import evaluate
+from mbpo.metrics import MetricsLogger
+from mbpo.runtime.collectors import CollectorBatch, CollectorSetup, ThreadCollector
+from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.model_worker import ModelWorker
+from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
+from mbpo.runtime.weights import WeightStore
+from mbpo.trainers.base import Trainer, crossed
+
+__all__ = ["AsyncTrainer", "EnvFactory"]
+
+EnvFactory = Callable[[int, int, int], envs.VecEnv]
+"""``(collector_id, incarnation, seed) -> VecEnv``: how collectors get their envs (tests wrap faults in)."""
+POLL_S = 0.05
+
+
+class AsyncTrainer(Trainer):
+    """The async MBPO (or plain SAC/DQN) trainer; ``run()`` trains, ``close()`` is idempotent."""
+
+    def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
+        rt = config.runtime
+        self.num_collectors = 1 if config.debug else rt.num_collectors
+        self._env_factory = env_factory
+        super().__init__(config, run_dir)
+        self.envs = [self.env] + [self._collector_env(i, 0) for i in range(1, self.num_collectors)]
+        self.components |= {f"collector {i} env": e for i, e in enumerate(self.envs)}
+        self.check_devices()
+        n = config.env.num_envs
+        self.weights = WeightStore()
+        self.stop_event = threading.Event()
+        self.real_lock = threading.Lock()
+        steps_per_batch = -(-rt.collection_batch_size // n)
+        self.gate = RatioGate(
+            config.total_env_steps, n, config.agent.learning_starts, config.agent.utd_ratio,
+            config.model.train_freq if self.model is not None else None, rt.ratio_tolerance,
+            min_lead=steps_per_batch * n)
+        self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
+            DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full,
+            on_drop=lambda batch: self.gate.discard(batch.env_steps))
+        self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,
+                                    steps_per_batch, config.agent.learning_starts, rt.nonfinite,
+                                    rt.collector_threads, config.debug)
+        self.pool = CollectorPool(self.num_collectors, self._make_collector, self.gate, rt.max_restarts,
+                                  rt.collector_timeout_s)
+        self.model_worker: ModelWorker | None = None
+        if self.model is not None:
+            rollout_agent = make_agent(config.agent, self.env.observation_space, self.env.action_space,
+                                       self.plan.device, self.seeds["agent"] + 1)
+            self.model_worker = ModelWorker(self.model, self.buffer, self.real_lock, self.gate, self.weights,
+                                            rollout_agent, self.stop_event, rt.model_threads)
+        self.exit_code = 0
+        self.queue_depth_sum = self.queue_samples = 0
+        self.lag_versions: list[int] = []
+        self.lag_s: list[float] = []
+        self.nonfinite_dropped = 0
+        self.learner_busy_s = 0.0
+        self._closed = False
+        self._started = self._stopped = False
+
+    # -- construction helpers -----------------------------------------------------------
+    def _make_env(self) -> envs.VecEnv:
+        return self._collector_env(0, 0)
+
+    def _collector_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
+        seed = self.seeds["env"] + 7919 * collector_id + 104_729 * incarnation
+        if self._env_factory is None:
+            return envs.make(self.config.env.id, self.config.env.num_envs, device=self.plan.device, seed=seed)
+        env = self._env_factory(collector_id, incarnation, seed)
+        if env.device != self.plan.device:
+            raise DeviceMismatchError(f"collector {collector_id}'s env is on {env.device}, but the run's device "
+                                      f"plan is {self.plan.device}; build it on {self.plan.device}")
+        return env
+
+    def _make_collector(self, collector_id: int, incarnation: int) -> ThreadCollector:
+        env = self.envs[collector_id] if incarnation == 0 else self._collector_env(collector_id, incarnation)
+        seed = self.seeds["actions"] + 7919 * collector_id + 104_729 * incarnation
+        return ThreadCollector(collector_id, incarnation, self.setup, env, self.queue, self.weights, self.gate,
+                               seed, make_agent)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
+        """Train until ``total_env_steps`` (or a stop signal); write the final checkpoint; return the last row."""
+        cfg = self.config
+        own_logger = logger is None
+        logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
+                                         resume_at=self.env_steps or None)
+        self._logger = logger
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        anomaly = torch.is_anomaly_enabled()
+        torch.set_num_threads(cfg.runtime.learner_threads)
+        if cfg.debug:
+            torch.autograd.set_detect_anomaly(True)
+            for line in switches(cfg.runtime.num_collectors):
+                print(f"[mbpo debug] {line}", file=sys.stderr)
+        try:
+            with StopOnSignals(self.stop_event) as signals:
+                self._start()
+                try:
+                    self._loop()
+                finally:
+                    self._shutdown()
+                    self._final_checkpoint(announce=signals.signum is not None or sys.exc_info()[0] is not None)
+                finished = signals.signum is None
+                if finished:  # the final policy, after the last updates
+                    self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed())))
+                row = self._log(logger, evaluated=finished)
+            if signals.signum is not None:
+                self.exit_code = 128 + signals.signum
+        finally:
+            self.close()
+            torch.autograd.set_detect_anomaly(anomaly)
+            if own_logger:
+                logger.close()
+        return row
+
+    def _start(self) -> None:
+        g = self.gate
+        g.reserved = g.ingested = self.env_steps  # a resumed run goes on from its checkpoint's counters
+        g.updates = self.updates_issued
+        g.trainings = 0 if self.model is None else self.model.trainings
+        self._publish()
+        self._t0 = self._t_row = time.perf_counter()
+        self._wall_start = self.wall_s
+        self._steps0, self._updates0 = self.env_steps, self.agent.num_updates
+        self._busy_row = 0.0
+        self._started = True
+        self.pool.start()
+        if self.model_worker is not None:
+            self.model_worker.start()
+
+    def _loop(self) -> None:
+        cfg = self.config
+        while not self.stop_event.is_set():
+            self._supervise()
+            before = self.env_steps
+            for item in self.queue.drain():
+                self._ingest(item)
+            due = self._updates_allowed()
+            if due > 0:
+                self._update(min(due, cfg.runtime.publish_every - self.updates_issued % cfg.runtime.publish_every))
+            elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0:
+                break
+            elif self.env_steps == before:
+                item = self.queue.get(POLL_S)
+                if item is not None:
+                    self._ingest(item)
+            self._periodic(before)
+
+    def _supervise(self) -> None:
+        """Raise here, in the main thread, whatever killed a worker (collectors: after the restart budget)."""
+        self.pool.check()
+        if self.model_worker is not None and self.model_worker.error is not None:
+            raise WorkerError("the model thread (ensemble training and rollouts) failed") \
+                from self.model_worker.error
+
+    def _updates_allowed(self) -> int:
+        due = self.gate.updates_due()
+        if due > 0 and self.model is not None and len(self.model.model_buffer) == 0 \
+                and self.gate.trainings_earned() > 0 and self.gate.trainings == 0:
+            return 0  # the first model is due: wait for its rollouts, as the SyncTrainer does
+        return due
+
+    def _ingest(self, item: CollectorBatch) -> None:
+        data = item.data
+        device = self.plan.device
+        if self.config.debug:
+            check_transitions(data, "queue -> replay buffer", device, self.env.obs_dim, self.env.action_space)
+        n = data.shape[0]
+        with self.real_lock:
+            if n:
+                self.buffer.extend(data.select(*TRANSITION_KEYS).to(device))
+            self.gate.add(ingested=item.env_steps)
+        self.env_steps = self.gate.ingested
+        self.learning_env_steps = self.gate.learning_transitions()
+        self.nonfinite_dropped += item.dropped_nonfinite
+        self._recent_returns.extend(item.episode_returns)
+        now = time.monotonic()
+        self.lag_versions.append(self.weights.version - item.policy_version)
+        published = self.weights.published_at(item.policy_version)
+        if published is not None:
+            self.lag_s.append(now - published)
+        self.queue_depth_sum += len(self.queue)
+        self.queue_samples += 1
+
+    def _update(self, k: int) -> None:
+        start = time.perf_counter()
+        debug = self.config.debug
+        for _ in range(k):
+            batch = self._policy_batch()
+            if debug:
+                check_transitions(batch, "replay -> learner", self.plan.device, self.env.obs_dim,
+                                  self.env.action_space)
+            self.agent.update(batch)
+        self.updates_issued += k
+        self.gate.add(updates=k)
+        self.learner_busy_s += time.perf_counter() - start
+        if self.updates_issued % self.config.runtime.publish_every == 0:
+            self._publish()
+
+    def _policy_batch(self) -> Any:
+        batch_size = self.config.agent.batch_size
+        if self.model is not None:
+            return self.model.policy_batch(self.buffer, batch_size)
+        return sample_real(self.buffer, batch_size, self.config.debug)
+
+    def _publish(self) -> None:
+        snapshot = self.agent.snapshot()
+        if self.config.debug:
+            check_snapshot(snapshot, "learner -> collectors")
+        self.weights.publish(snapshot)
+
+    def _periodic(self, before: int) -> None:
+        """Evaluate, log and checkpoint when ingested env steps cross their intervals (the final ones
+        happen after the last updates, in run())."""
+        cfg, logger = self.config, self._logger
+        if self.env_steps >= cfg.total_env_steps:
+            return
+        evaluated = crossed(before, self.env_steps, cfg.eval_every)
+        if evaluated:
+            self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed())))
+        if evaluated or crossed(before, self.env_steps, cfg.log_every):
+            self._log(logger, evaluated)
+        if crossed(before, self.env_steps, cfg.checkpoint.every):
+            self.save()
+        logger.progress(self.env_steps, {
+            "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
+            "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
+            "lag": self.lag_versions[-1] if self.lag_versions else 0,
+            "model_v": None if self.model is None else self.model.ensemble.version,
+            "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
+        })
+
+    def _rate(self, count: int) -> float:
+        return count / max(time.perf_counter() - self._t0, 1e-9)
+
+    def _log(self, logger: MetricsLogger, evaluated: bool) -> dict[str, Any]:
+        now = time.perf_counter()
+        rates = {"env_steps_per_s": self._rate(self.env_steps - self._steps0),
+                 "updates_per_s": self._rate(self.agent.num_updates - self._updates0)}
+        self.wall_s = self._wall_start + now - self._t0
+        row = self._row(self.wall_s, rates, evaluated)
+        window = max(now - self._t_row, 1e-9)
+        row.update({
+            "queue_depth": self.queue_depth_sum / max(self.queue_samples, 1),
+            "policy_lag_versions": float(np.mean(self.lag_versions)) if self.lag_versions else None,
+            "policy_lag_s": float(np.mean(self.lag_s)) if self.lag_s else None,
+            "learner_busy": round((self.learner_busy_s - self._busy_row) / window, 3),
+            "weights_version": self.weights.version,
+            "collector_restarts": self.pool.restarts,
+            "hung_collectors": len(self.pool.hung),
+            "queue_drops": self.queue.dropped,
+            "nonfinite_dropped": self.nonfinite_dropped,
+            "gate_waits": self.gate.waits,
+        })
+        if self.model_worker is not None:
+            row["model_busy"] = round(self.model_worker.busy_s / max(now - self._t0, 1e-9), 3)
+            row["rollout_policy_version"] = self.model_worker.policy_version
+        self.lag_versions.clear()
+        self.lag_s.clear()
+        self.queue_depth_sum = self.queue_samples = 0
+        self._t_row, self._busy_row = now, self.learner_busy_s
+        logger.log(row)
+        return row
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def _final_checkpoint(self, announce: bool) -> None:
+        """Written however the run ends (done, signal, a worker's error): nothing trained is lost."""
+        try:
+            path = self.save()
+        except Exception as exc:  # noqa: BLE001 - never mask the error that ended the run
+            print(f"[mbpo] the final checkpoint could not be written: {exc!r}", file=sys.stderr)
+        else:
+            if announce:
+                print(f"[mbpo] final checkpoint: {path}", file=sys.stderr)
+
+    def _shutdown(self) -> None:
+        """Stop every worker, join them by the deadline, and ingest what is still queued."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self.stop_event.set()
+        self.pool.stop()
+        deadline = time.monotonic() + self.config.runtime.shutdown_timeout_s
+        late = self.pool.join(deadline)
+        if self.model_worker is not None and not self.model_worker.join(max(deadline - time.monotonic(), 0.0)):
+            late.append("model thread")
+        for item in self.queue.drain():  # nothing collected is lost
+            self._ingest(item)
+        self.wall_s = self._wall_start + time.perf_counter() - self._t0
+        if late:
+            print(f"[mbpo] still running after runtime.shutdown_timeout_s="
+                  f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "
+                  "with the process)", file=sys.stderr)
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.model_worker is not None and self.model_worker.is_alive():
+            with self.model_worker.cycle_lock:  # a consistent ensemble: not mid-fit
+                return super().state_dict()
+        return super().state_dict()
+
+    def close(self) -> None:
+        """Stop and join every thread and close every env. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shutdown()
+        self.pool.close()
+        for env in self.envs:
+            env.close()
+        self.eval_env.close()

@@ -1,0 +1,146 @@
+"""AsyncTrainer end to end: ratios, versioned weights, shutdown, signals, debug mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Callable
+
+import pytest
+import torch
+
+import envs
+from envs.faults import FaultyEnv
+from mbpo.buffers import NEXT_OBS, OBS, REWARD
+from mbpo.config import Config
+from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
+from mbpo.trainers import AsyncTrainer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_async_sac_run_keeps_the_update_ratio_and_closes_every_thread(
+    tiny_config: Callable[..., Config], thread_baseline: int
+) -> None:
+    cfg = tiny_config("agent.utd_ratio=2")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert row["env_steps"] == 384
+    # Exactly the updates the SyncTrainer would issue: utd_ratio per transition from learning_starts on.
+    assert trainer.updates_issued == 2 * (384 - 63) and row["utd_ratio_realised"] == pytest.approx(2.0)
+    assert len(trainer.buffer) == 384
+    assert row["weights_version"] >= trainer.updates_issued // 8
+    assert row["collector_restarts"] == 0 and row["queue_drops"] == 0
+    for key in ("env_steps_per_s", "updates_per_s", "queue_depth", "policy_lag_versions", "policy_lag_s",
+                "learner_busy", "weights_version"):
+        assert row[key] is not None, key
+    trainer.close()  # idempotent: run() already closed it
+    trainer.close()
+    assert (trainer.run_dir / "checkpoints").is_dir()
+
+
+def test_batches_carry_policy_version_and_collector_id(tiny_config: Callable[..., Config],
+                                                       thread_baseline: int) -> None:
+    cfg = tiny_config()
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    seen: list[CollectorBatch] = []
+    ingest = trainer._ingest
+    trainer._ingest = lambda item: (seen.append(item), ingest(item))[1]  # type: ignore[method-assign]
+    trainer.run()
+    assert {b.collector_id for b in seen} == {0, 1}
+    for b in seen:
+        assert torch.equal(b.data[COLLECTOR_ID], torch.full((b.data.shape[0],), b.collector_id))
+        assert torch.equal(b.data[POLICY_VERSION], torch.full((b.data.shape[0],), b.policy_version))
+    versions = [b.policy_version for b in seen]
+    assert versions[0] >= 1 and max(versions) > 1  # collectors picked up newer snapshots
+
+
+def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Callable[..., Config],
+                                                               thread_baseline: int) -> None:
+    """DQN: zero Q-net and epsilon 0 make every action 0; each collector must act so by its next batch."""
+    cfg = tiny_config("env.id=CartPole-v1", "agent.name=dqn", "agent.learning_starts=0", "agent.utd_ratio=0.25",
+                      "runtime.publish_every=1000000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    seen: list[CollectorBatch] = []
+    zero_version: list[int] = []
+    ingest = trainer._ingest
+
+    def spy(item: CollectorBatch) -> None:
+        seen.append(item)
+        ingest(item)
+        if len(seen) == 4 and not zero_version:  # mid-run, from the learner's thread
+            snap = trainer.agent.snapshot()
+            for net in ("q_net", "target_q_net"):
+                snap[net] = {k: torch.zeros_like(v) for k, v in snap[net].items()}
+            snap["epsilon"] = 0.0
+            zero_version.append(trainer.weights.publish(snap))
+            seen_at_publish.update({c: sum(b.collector_id == c for b in seen) for c in (0, 1)})
+
+    seen_at_publish: dict[int, int] = {}
+    trainer._ingest = spy  # type: ignore[method-assign]
+    trainer.run()
+    for c in (0, 1):
+        later = [b for b in seen if b.collector_id == c][seen_at_publish[c]:]
+        # At most one batch (already being collected at publication) acts with the old weights.
+        assert all(b.policy_version == zero_version[0] for b in later[1:]), [b.policy_version for b in later]
+        for b in later[1:]:
+            assert torch.all(b.data["action"] == 0)
+        assert len(later) >= 2
+
+
+def test_sigterm_drains_joins_checkpoints_and_exits_143(tiny_config: Callable[..., Config],
+                                                        thread_baseline: int) -> None:
+    class SigtermAt(FaultyEnv):
+        def step(self, actions: torch.Tensor):  # type: ignore[no-untyped-def]
+            if self.steps + 1 == self.at_step:
+                os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread's handler
+            return super().step(actions)
+
+    def factory(cid: int, inc: int, seed: int) -> envs.VecEnv:
+        env = envs.make("Pendulum-v1", 1, device="cpu", seed=seed)
+        return SigtermAt(env, "slow", at_step=150) if cid == 0 else env
+
+    previous = signal.getsignal(signal.SIGTERM)
+    cfg = tiny_config("total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=factory)
+    trainer.run()
+    assert trainer.exit_code == 143
+    assert trainer.env_steps < 100000 and len(trainer.buffer) == trainer.env_steps  # the queue was drained
+    ckpts = sorted((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts and ckpts[-1].name == f"ckpt_{trainer.env_steps:012d}.pt"
+    assert signal.getsignal(signal.SIGTERM) is previous  # handlers restored
+
+
+def test_debug_mode_runs_one_collector_with_checks_and_says_what_is_on(
+    tiny_config: Callable[..., Config], thread_baseline: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tiny_config("debug=true", "total_env_steps=160", "model.enabled=true", "model.train_freq=64",
+                      "model.rollouts_per_real=2", "model.hidden_sizes=[16,16]",
+                      "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=2", "model.epoch_length=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    assert trainer.num_collectors == 1 and trainer.queue.max_size == 2
+    trainer.run()
+    err = capsys.readouterr().err
+    assert "autograd anomaly detection: on" in err
+    assert "TORCH_USE_CUDA_DSA" in err and "hand-off checks" in err and "bounds checks" in err
+    if torch.version.cuda is None:
+        assert "built without CUDA" in err or "not set" in err
+    assert not torch.is_anomaly_enabled()  # restored after the run
+    assert trainer.model is not None and trainer.model.trainings >= 1
+
+
+def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Callable[..., Config],
+                                                                 thread_baseline: int) -> None:
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
+                      "model.epoch_length=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert trainer.model is not None
+    assert trainer.model.trainings >= 384 // 64 - 1  # ratio-gated: at most one training behind at the end
+    assert row["model_busy"] > 0 and row["rollout_policy_version"] >= 1
+    buf = trainer.model.model_buffer
+    newest = buf.newest(len(buf))
+    assert int(newest["model_version"].max()) == trainer.model.ensemble.version
+    for key in (OBS, NEXT_OBS, REWARD):
+        assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())

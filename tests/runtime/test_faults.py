@@ -1,0 +1,102 @@
+"""Fault injection: collectors that raise, hang or return NaN; a failing model thread."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable
+
+import pytest
+import torch
+
+from mbpo.buffers import NEXT_OBS, OBS, REWARD
+from mbpo.config import Config
+from mbpo.runtime.collectors import NonFiniteEnvError
+from mbpo.runtime.supervisor import CollectorFailure, WorkerError
+from mbpo.trainers import AsyncTrainer
+from tests.runtime.conftest import faulty
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(60)]
+
+
+def test_a_failed_collector_is_restarted_from_the_newest_weights(
+    tiny_config: Callable[..., Config], thread_baseline: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tiny_config()
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("raise", {1}, at_step=100))
+    row = trainer.run()
+    assert row["collector_restarts"] == 1 and row["env_steps"] == 384
+    err = capsys.readouterr().err
+    assert "collector 1 failed; restarting it" in err and "InjectedFault: injected fault at step 100" in err
+    assert trainer.pool.collectors[1].incarnation == 1
+    assert trainer.pool.collectors[1].policy_version > 1  # the replacement loaded a published snapshot
+
+
+def test_when_the_restart_budget_is_spent_the_run_stops_with_the_original_traceback(
+    tiny_config: Callable[..., Config], thread_baseline: int
+) -> None:
+    cfg = tiny_config("runtime.max_restarts=0", "total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("raise", {0}, at_step=50))
+    with pytest.raises(CollectorFailure, match=r"collector 0 failed; restart budget spent \(0/0\)") as info:
+        trainer.run()
+    cause = info.value.__cause__
+    assert cause is not None and "injected fault at step 50" in str(cause)
+    frames = "".join(traceback.format_tb(cause.__traceback__))
+    assert "envs/faults.py" in frames and "in step" in frames  # where it was raised, in the collector
+    assert list((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))  # nothing trained is lost
+
+
+def test_a_hung_collector_is_reported_and_the_run_goes_on(
+    tiny_config: Callable[..., Config], thread_baseline: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tiny_config("runtime.collector_timeout_s=0.5")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("hang", {1}, at_step=40))
+    row = trainer.run()
+    assert row["hung_collectors"] == 1 and row["env_steps"] == 384  # collector 0 collected the rest
+    assert "collector 1 is hung" in capsys.readouterr().err
+
+
+def test_nan_from_an_env_raises_naming_env_index_and_field(
+    tiny_config: Callable[..., Config], thread_baseline: int
+) -> None:
+    cfg = tiny_config("total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("nan_reward", {0}, at_step=20))
+    with pytest.raises(CollectorFailure) as info:
+        trainer.run()
+    assert isinstance(info.value.__cause__, NonFiniteEnvError)
+    assert "collector 0: env index 0 returned a non-finite reward" in str(info.value.__cause__)
+    assert "runtime.nonfinite=drop" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("fault", ["nan_obs", "nan_reward"])
+def test_dropped_nonfinite_transitions_are_counted_and_never_stored(
+    tiny_config: Callable[..., Config], thread_baseline: int, fault: str
+) -> None:
+    cfg = tiny_config("runtime.nonfinite=drop")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0, 1}, at_step=30))
+    row = trainer.run()
+    # One bad transition per collector; after a NaN observation the env is reset, so the next
+    # transition starts from a valid state instead of acting on NaN.
+    assert row["nonfinite_dropped"] == 2
+    data = trainer.buffer[: len(trainer.buffer)]
+    assert len(trainer.buffer) == 384 - row["nonfinite_dropped"]
+    for key in (OBS, NEXT_OBS, REWARD):
+        assert bool(torch.isfinite(data[key]).all()), key
+
+
+def test_a_model_thread_error_reaches_the_main_thread_with_its_traceback(
+    tiny_config: Callable[..., Config], thread_baseline: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.hidden_sizes=[16,16]",
+                      "model.weight_decay=[0.0,0.0,0.0]", "total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    assert trainer.model is not None
+
+    def broken_fit(*args: object, **kwargs: object) -> None:
+        raise FloatingPointError("injected: ensemble diverged")
+
+    monkeypatch.setattr(trainer.model.ensemble, "fit", broken_fit)
+    with pytest.raises(WorkerError, match="model thread") as info:
+        trainer.run()
+    assert isinstance(info.value.__cause__, FloatingPointError)
+    assert "broken_fit" in "".join(traceback.format_tb(info.value.__cause__.__traceback__))
+    assert trainer.env_steps < 100000
