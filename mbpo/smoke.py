@@ -2,9 +2,9 @@
 
 Run with ``python -m mbpo.smoke [--device auto|cpu|cuda:N] [--env Pendulum-v1]``
 (``./run_async_test.sh`` runs it before the test suite). Stages: env
-interaction, agent action selection, random-action collection, dynamics
-models, model rollout, and a short MBPO run that must measurably improve the
-PointMass-v0 toy task. Each stage hands its results to the next through
+interaction, agent action selection, the async data collector (collector
+threads, bounded queue, versioned weights), dynamics models, model rollout,
+and a short async MBPO run that must measurably improve the PointMass-v0 toy task. Each stage hands its results to the next through
 :class:`SmokeContext`.
 """
 
@@ -71,30 +71,63 @@ def stage_agent(ctx: SmokeContext) -> None:
     print(f"  {type(agent).__name__} learner on {agent.device}, acting replica on cpu")
 
 
-def stage_random_collection(ctx: SmokeContext, steps: int = 300) -> None:
-    from mbpo.buffers import transitions
+def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: int = 2) -> None:
+    """Collector threads fill the bounded queue; weights published mid-way are picked up between batches."""
+    import threading
 
-    env, gen = ctx.env, torch.Generator().manual_seed(1)
-    obs = env.reset(seed=1)
-    episodes, ret, returns, batches = 0, torch.zeros(env.num_envs, device=env.device), [], []
+    from mbpo.agents import make_agent
+    from mbpo.config import AgentConfig
+    from mbpo.runtime.collectors import CollectorSetup, ThreadCollector
+    from mbpo.runtime.gate import RatioGate
+    from mbpo.runtime.queue import TransitionQueue
+    from mbpo.runtime.weights import WeightStore
+
+    env = ctx.env
+    n, total = env.num_envs, steps * env.num_envs * num_collectors
+    agent_cfg = AgentConfig(name="dqn" if env.is_discrete else "sac")
+    learner = make_agent(agent_cfg, env.observation_space, env.action_space, env.device, seed=0)
+    baseline = threading.active_count()
+    weights, queue, stop = WeightStore(), TransitionQueue(4), threading.Event()
+    weights.publish(learner.snapshot())
+    gate = RatioGate(total, n, learning_starts=total // 2, utd_ratio=0.0, train_freq=None, tolerance=0.1,
+                     min_lead=32)
+    setup = CollectorSetup(agent_cfg, env.observation_space, env.action_space, n, vector_steps_per_batch=32 // n,
+                           learning_starts=total // 2)
+    collectors = [ThreadCollector(i, 0, setup, envs.make(env.spec_id or "", n, device=env.device, seed=10 + i),
+                                  queue, weights, gate, seed=i, make_agent=make_agent)
+                  for i in range(num_collectors)]
     start = time.perf_counter()
-    for _ in range(steps):
-        action = random_actions(env, gen)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        done = terminated | truncated
-        batches.append(transitions(obs, action, reward, torch.where(done.unsqueeze(-1), info["final_obs"], next_obs),
-                                   terminated))
-        obs, ret = next_obs, ret + reward
-        if bool(done.any()):
-            returns += ret[done].tolist()
-            episodes += int(done.sum())
-            ret[done] = 0.0
+    for c in collectors:
+        c.start()
+    batches, returns, max_depth = [], [], 0
+    while sum(b.env_steps for b in batches) < total:
+        max_depth = max(max_depth, len(queue))
+        item = queue.get(timeout=0.1)
+        if item is not None:
+            batches.append(item)
+            returns += item.episode_returns
+            gate.add(ingested=item.env_steps)
+            if len(batches) == 4:
+                weights.publish(learner.snapshot())  # version 2, picked up between batches
+        for c in collectors:
+            if c.error is not None:
+                raise RuntimeError(f"collector {c.collector_id} failed") from c.error
     elapsed = time.perf_counter() - start
-    ctx.data["transitions"] = torch.cat(batches)
-    mean = sum(returns) / len(returns) if returns else float("nan")
-    print(f"  Collected {steps} steps x {env.num_envs} envs = {steps * env.num_envs} transitions "
-          f"in {elapsed:.2f}s; {episodes} episodes finished, mean return {mean:.1f}")
-    _expect(episodes > 0, f"no episode finished in {steps} steps (time limit {env.max_episode_steps})")
+    for c in collectors:
+        c.close()
+        _expect(c.join(5.0), f"collector {c.collector_id} did not stop")
+    data = torch.cat([b.data for b in batches])
+    per = {c.collector_id: sum(b.collector_id == c.collector_id for b in batches) for c in collectors}
+    versions = sorted({b.policy_version for b in batches})
+    print(f"  {num_collectors} collector threads x {n} envs: {len(batches)} batches, {data.shape[0]} transitions "
+          f"in {elapsed:.2f}s; batches per collector {per}")
+    print(f"  policy versions seen {versions}; queue depth max {max_depth}/{queue.max_size}, drops {queue.dropped}; "
+          f"{len(returns)} episodes finished")
+    _expect(all(v > 0 for v in per.values()), f"a collector pushed nothing: {per}")
+    _expect(2 in versions, f"no collector picked up the published version 2: {versions}")
+    _expect(bool(torch.isfinite(data["next_obs"]).all()), "non-finite transitions were collected")
+    _expect(threading.active_count() == baseline, "collector threads are still running after close()")
+    ctx.data["transitions"] = data
 
 
 def stage_dynamics(ctx: SmokeContext) -> None:
@@ -153,15 +186,16 @@ POINT_MASS_MBPO = [
 def stage_training(ctx: SmokeContext) -> None:
     from mbpo.config import load_config
     from mbpo.metrics import read_metrics
-    from mbpo.trainers import SyncTrainer
+    from mbpo.trainers import AsyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(None, [*POINT_MASS_MBPO, f"device={ctx.env.device}", f"run_dir={run_dir}"])
         start = time.perf_counter()
-        row = SyncTrainer(config, run_dir).run()
+        row = AsyncTrainer(config, run_dir).run()
         evals = [float(r["eval_return"]) for r in read_metrics(f"{run_dir}/metrics.csv") if r["eval_return"]]
     first, last = evals[0], sum(evals[-2:]) / 2
-    print(f"  MBPO-SAC on PointMass-v0: {row['env_steps']} env steps, {row['updates']} updates, "
+    print(f"  async MBPO-SAC on PointMass-v0: {row['env_steps']} env steps, {row['updates']} updates "
+          f"(utd realised {row['utd_ratio_realised']:.2f}), model version {row['model_version']}, "
           f"model buffer {row['model_buffer_size']}, {time.perf_counter() - start:.1f}s")
     print(f"  eval return {first:.2f} -> {last:.2f} (mean of the last two evaluations)")
     # Holding still scores about -8 (E[x0^2] = 1/3 over 25 steps); steering to 0 scores about -0.5.
@@ -176,10 +210,10 @@ def _expect(ok: bool, what: str) -> None:
 STAGES: list[tuple[str, Callable[[SmokeContext], None]]] = [
     ("Basic environment interaction", stage_interaction),
     ("Agent action selection", stage_agent),
-    ("Random-action collection", stage_random_collection),
+    ("Async data collector", stage_async_collection),
     ("Dynamics models", stage_dynamics),
     ("Model rollout", stage_rollout),
-    ("Short MBPO run", stage_training),
+    ("Short async MBPO run", stage_training),
 ]
 
 

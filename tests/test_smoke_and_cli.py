@@ -61,7 +61,7 @@ def test_cli_without_a_command_trains_the_default_config(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(cli, "cmd_train", fake_train)  # build_parser binds the name at call time
     assert cli.main(["--debug", "seed=3"]) == 0
-    assert seen["args"].config == "configs/pendulum_sac.yaml" and seen["args"].overrides == ["seed=3"]
+    assert seen["args"].config == "configs/pendulum_mbpo.yaml" and seen["args"].overrides == ["seed=3"]
     assert seen["args"].debug
 
 

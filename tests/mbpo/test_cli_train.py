@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TINY = ["device=cpu", "progress=false", "total_env_steps=300", "eval_every=150", "eval_episodes=2",
         "log_every=150", "agent.learning_starts=100", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
-        "checkpoint.every=150", "checkpoint.keep=1"]
+        "checkpoint.every=150", "checkpoint.keep=1", "trainer=sync"]
 
 
 def last_json(out: str) -> dict:
