@@ -3,9 +3,10 @@
 MBPO's budgets are per real transition: ``utd_ratio`` policy updates,
 ``1 / train_freq`` model trainings and ``rollouts_per_real`` branched rollouts.
 Asynchronously, nothing forces them, so collectors ask :meth:`RatioGate.reserve`
-before each batch and wait while the learner's update backlog or the model's
-training backlog is larger than ``tolerance`` of the data so far (at least one
-batch per collector, so the run can always move). The learner never runs
+before each batch and wait while the learner's update backlog is larger than
+``tolerance`` of the data so far (at least one batch, so the run can always
+move) or more than one model training is owed (one may be in flight while
+collection goes on). The learner never runs
 ahead either: it only issues the updates ingested data has earned.
 """
 
@@ -91,8 +92,8 @@ class RatioGate:
         behind = max(self.reserved + request - self.discarded - self.lead(), 0)
         if self.updates < self.updates_earned(behind):
             return "learner"
-        if self.trainings < self.trainings_earned(behind):
-            return "model"
+        if self.trainings < self.trainings_earned(behind) - 1:
+            return "model"  # one training may be in flight while collection goes on: that is the overlap
         return None
 
     # -- collectors ------------------------------------------------------------------

@@ -63,17 +63,19 @@ def test_gate_holds_collectors_until_the_learner_catches_up() -> None:
 
 
 def test_gate_waits_for_due_model_trainings_and_stops_at_the_budget() -> None:
-    gate, stop = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0, total_env_steps=105), threading.Event()
+    gate, stop = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0, total_env_steps=155), threading.Event()
     assert gate.reserve(50, stop) == (0, 50)
     gate.add(ingested=50)
     assert gate.trainings_due() == 1
-    assert gate.reserve(50, stop, stop.set)[1] == 0  # a training is owed: wait
+    assert gate.reserve(50, stop) == (50, 50)  # one training may be in flight while collection goes on
+    gate.add(ingested=50)
+    assert gate.reserve(50, stop, stop.set)[1] == 0  # two are owed: wait
     stop.clear()
     gate.add(trainings=1)
-    assert gate.reserve(50, stop) == (50, 50)
+    assert gate.reserve(50, stop) == (100, 50)
     gate.add(ingested=50, trainings=1)
-    assert gate.reserve(50, stop) == (100, 5)  # only what is left of the budget
-    assert gate.reserve(50, stop) == (105, 0) and gate.budget_spent
+    assert gate.reserve(50, stop) == (150, 5)  # only what is left of the budget
+    assert gate.reserve(50, stop) == (155, 0) and gate.budget_spent
 
 
 def test_weight_store_versions_and_rejects_device_tensors() -> None:
