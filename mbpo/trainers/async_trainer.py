@@ -266,6 +266,7 @@ class AsyncTrainer(Trainer):
             "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
             "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
             "lag": self.lag_versions[-1] if self.lag_versions else 0,
+            "busy": self.learner_busy_s / max(time.perf_counter() - self._t0, 1e-9),
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })

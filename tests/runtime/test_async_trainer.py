@@ -144,3 +144,44 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
     assert int(newest["model_version"].max()) == trainer.model.ensemble.version
     for key in (OBS, NEXT_OBS, REWARD):
         assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())
+
+
+def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
+    tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from mbpo import cli
+    from tests.runtime.conftest import TINY
+
+    make = envs.make
+
+    class CtrlCAt(FaultyEnv):
+        def step(self, actions: torch.Tensor):  # type: ignore[no-untyped-def]
+            if self.steps + 1 == self.at_step:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().step(actions)
+
+    def make_with_ctrl_c(env_id: str, num_envs: int = 1, **kw: object) -> envs.VecEnv:
+        env = make(env_id, num_envs, **kw)  # type: ignore[arg-type]
+        return CtrlCAt(env, "slow", at_step=120) if num_envs == 1 else env  # training envs, not eval (2 envs)
+
+    monkeypatch.setattr(envs, "make", make_with_ctrl_c)
+    run = Path(str(tmp_path)) / "run"
+    code = cli.main(["train", "--config", "configs/pendulum_sac.yaml", *TINY, f"run_dir={run}",
+                     "total_env_steps=100000"])
+    assert code == 130
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+
+
+@pytest.mark.gpu
+def test_async_mbpo_on_cuda_hands_off_between_streams(tiny_config: Callable[..., Config], cuda_device: str,
+                                                      thread_baseline: int) -> None:
+    cfg = tiny_config(f"device={cuda_device}", "model.enabled=true", "model.train_freq=64",
+                      "model.rollouts_per_real=8", "model.hidden_sizes=[32,32]", "model.weight_decay=[0.0,0.0,0.0]",
+                      "model.max_epochs=3", "model.epoch_length=64", "debug=true")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert row["env_steps"] == 384 and trainer.model is not None and trainer.model.trainings >= 5
+    data = trainer.model.model_buffer.newest(len(trainer.model.model_buffer))
+    assert data["obs"].device.type == "cuda" and bool(torch.isfinite(data["next_obs"]).all())
