@@ -23,7 +23,7 @@ from torchrl.data.replay_buffers.samplers import RandomSampler
 from mbpo.debug import check_indices
 
 __all__ = [
-    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "TRANSITION_KEYS",
+    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "NEXT_OBS_VALID", "real_transitions", "TRANSITION_KEYS",
     "ModelBuffer", "make_replay_buffer", "sample_real", "transitions", "replay_state", "load_replay_state",
 ]
 
@@ -32,6 +32,10 @@ ACTION = "action"
 REWARD = "reward"
 NEXT_OBS = "next_obs"
 TERMINATED = "terminated"
+NEXT_OBS_VALID = "next_obs_valid"
+"""bool ``(B,)``: False where ``next_obs`` is not the true next observation (an env that auto-reset
+without giving the final one, e.g. older Isaac Lab): the learner keeps the transition, the model
+never trains on it."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
@@ -77,6 +81,21 @@ def load_replay_state(rb: ReplayBuffer, state: dict) -> None:
     rb.writer.load_state_dict(state["writer"])
     if state["generator"] is not None:
         rb._rng.set_state(state["generator"])
+
+
+def real_transitions(
+    obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+    truncated: torch.Tensor, info: dict,
+) -> TensorDict:
+    """One vector step from an env, with the true next observation (``info["final_obs"]`` where an
+    episode ended: at an auto-reset ``next_obs`` is already the next episode's first) and whether it
+    is known (``info["final_obs_valid"]``, absent = always)."""
+    done = terminated | truncated
+    real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
+    data = transitions(obs, action, reward, real_next, terminated)
+    valid = info.get("final_obs_valid")
+    data[NEXT_OBS_VALID] = torch.ones_like(done) if valid is None else valid.to(torch.bool)
+    return data
 
 
 def transitions(

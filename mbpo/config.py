@@ -167,8 +167,8 @@ class RuntimeConfig:
     """Realised utd_ratio, model trainings and rollouts per real transition stay within this fraction of
     their targets: collectors wait when they run further ahead."""
     collector_timeout_s: float = 60.0
-    """A collector with no batch (and not waiting on the queue or the ratio gate) for this long is hung:
-    it is reported and the run goes on with the rest."""
+    """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
+    waiting on the queue or the ratio gate) is hung: it is reported and the run goes on with the rest."""
     max_restarts: int = 3
     """Collector failures restarted (from the latest snapshot) before the run stops with an error."""
     shutdown_timeout_s: float = 10.0

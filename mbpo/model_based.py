@@ -20,7 +20,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
-from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_real
+from mbpo.buffers import (
+    ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_real,
+)
 from mbpo.debug import check_indices
 from mbpo.config import ModelConfig
 from mbpo.models.ensemble import DynamicsEnsemble
@@ -83,6 +85,8 @@ class ModelBased:
     def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None) -> None:
         """Fit the ensemble on the real ``data`` (``env_steps`` real transitions collected so far)."""
         c = self.config
+        if NEXT_OBS_VALID in data.keys():  # never a model target: a next obs the env did not give us
+            data = data[data[NEXT_OBS_VALID]]
         self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED],
                                           should_stop=should_stop)
         self.trainings += 1

@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDict
 
 import envs
-from mbpo.buffers import transitions
+from mbpo.buffers import real_transitions
 from mbpo.config import AgentConfig
 from mbpo.debug import check_transitions
 from mbpo.runtime.gate import RatioGate
@@ -83,7 +83,8 @@ class Collector(Protocol):
     incarnation: int
     """0 for the first start, +1 per restart."""
     last_beat: float
-    """time.monotonic() of the last sign of progress (a batch pushed, or waiting on the queue or gate)."""
+    """time.monotonic() of the last sign of progress (an env step returned, a batch pushed, or waiting on
+    the queue or the gate)."""
     error: BaseException | None
     """Set when the collector died of an exception (with its traceback)."""
     batches: int
@@ -184,6 +185,7 @@ class ThreadCollector:
         random_gen = torch.Generator().manual_seed(self.seed + 1)
         obs = env.reset(seed=self.seed)
         episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
+        self.beat()  # set-up done (building the replica can take a while on a loaded machine)
         while not self._stop.is_set():
             latest = self.weights.latest()
             if latest is not None and latest.version != self.policy_version:
@@ -235,10 +237,11 @@ class ThreadCollector:
             else:
                 actions = policy.act(obs.cpu(), explore=True).to(env.device)
             next_obs, reward, terminated, truncated, info = env.step(actions)
+            self.beat()  # only a step that never returns makes a collector hung, not a slow one
             done = terminated | truncated
-            real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
-            step = transitions(obs, actions, reward, real_next, terminated)
-            finite = torch.isfinite(obs).all(-1) & torch.isfinite(reward) & torch.isfinite(real_next).all(-1)
+            step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+            finite = (torch.isfinite(obs).all(-1) & torch.isfinite(reward)
+                      & torch.isfinite(step["next_obs"]).all(-1))
             finite_cpu = finite.cpu()
             reward_cpu, done_cpu = reward.cpu().double(), done.cpu()
             if not bool(finite_cpu.all()):

@@ -32,7 +32,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import TRANSITION_KEYS, sample_real
+from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS, sample_real
 from mbpo.config import Config, to_yaml
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
@@ -208,7 +208,7 @@ class AsyncTrainer(Trainer):
         n = data.shape[0]
         with self.real_lock:
             if n:
-                self.buffer.extend(data.select(*TRANSITION_KEYS).to(device))
+                self.buffer.extend(data.select(*TRANSITION_KEYS, NEXT_OBS_VALID).to(device))
             self.gate.add(ingested=item.env_steps)
         self.env_steps = self.gate.ingested
         self.learning_env_steps = self.gate.learning_transitions()

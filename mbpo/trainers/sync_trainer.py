@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import envs
-from mbpo.buffers import sample_real, transitions
+from mbpo.buffers import real_transitions, sample_real
 from mbpo.config import Config, to_yaml
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
@@ -109,9 +109,7 @@ class SyncTrainer(Trainer):
             actions = self.agent.act(obs.cpu(), explore=True).to(self.env.device)
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         done = terminated | truncated
-        # The true next observation: at an auto-reset, obs is already the next episode's first.
-        real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
-        self.buffer.extend(transitions(obs, actions, reward, real_next, terminated))
+        self.buffer.extend(real_transitions(obs, actions, reward, next_obs, terminated, truncated, info))
         self._obs = next_obs
         self.env_steps += self.env.num_envs
         self._episode_return += reward.cpu().double()

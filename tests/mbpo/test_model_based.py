@@ -160,3 +160,29 @@ def test_tiny_mbpo_run_measurably_improves_point_mass(tmp_path: Path) -> None:
     assert last > -3.0 and last > first, (first, last)
     assert float(rows[-1]["model_buffer_size"]) > 0 and rows[-1]["model_elites"]
     assert trainer.model is not None and trainer.model.termination is None  # learned termination head in use
+
+
+def test_unknown_next_observations_never_become_model_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env that auto-resets without the true final obs marks those transitions; the learner keeps
+    them (real_transitions stores them) but the ensemble is never fitted on them."""
+    from mbpo.buffers import NEXT_OBS_VALID, real_transitions
+
+    cfg = load_config(None, ["model.enabled=true"]).model
+    env = envs.make("Pendulum-v1", 4, device="cpu", seed=0)
+    model = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    obs = torch.randn(4, 3)
+    info = {"final_obs": torch.full((4, 3), 7.0), "final_obs_valid": torch.tensor([True, False, True, True])}
+    done = torch.tensor([False, True, True, False])
+    data = real_transitions(obs, torch.zeros(4, 1), torch.zeros(4), torch.zeros(4, 3), torch.zeros(4, dtype=torch.bool),
+                            done, info)
+    assert data[NEXT_OBS_VALID].tolist() == [True, False, True, True]
+    assert data["next_obs"][2].tolist() == [7.0, 7.0, 7.0]  # a known final obs is the target
+    fitted: dict[str, torch.Tensor] = {}
+
+    def spy_fit(obs: torch.Tensor, *args: object, **kw: object) -> dict[str, object]:
+        fitted["obs"] = obs
+        return {}
+
+    monkeypatch.setattr(model.ensemble, "fit", spy_fit)
+    model.train(data, env_steps=4)
+    assert torch.equal(fitted["obs"], obs[[0, 2, 3]])
