@@ -23,7 +23,7 @@ from torchrl.data import ReplayBuffer
 from mbpo.buffers import (
     ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_real,
 )
-from mbpo.debug import check_indices
+from mbpo.debug import check_indices, check_transitions
 from mbpo.config import ModelConfig
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.termination import known_termination
@@ -46,6 +46,7 @@ class ModelBased:
     ) -> None:
         self.config = config
         self.device = device
+        self.obs_dim, self.action_space = int(observation_space.shape[0]), action_space
         self.termination = None if config.learned_termination else known_termination(env_id)
         self.ensemble = DynamicsEnsemble(
             config, int(observation_space.shape[0]), action_space, device, seed=seed,
@@ -110,6 +111,8 @@ class ModelBased:
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
             self.generator,
         )
+        if self.debug and batch.shape[0]:
+            check_transitions(batch, "model rollouts -> model buffer", self.device, self.obs_dim, self.action_space)
         with self.lock:
             self.model_buffer.add(batch)
             if self.device.type == "cuda":  # the learner's stream waits on this before sampling
