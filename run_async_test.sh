@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=run_async.sh
 source "$ROOT/run_async.sh"
-ensure_venv test
+ensure_venv test,mjlab
 cd "$ROOT"
 
 smoke_only=0

@@ -2,7 +2,8 @@
 
 ``envs.make(env_id, num_envs, device, seed)`` builds one; ``envs.list_envs()``
 lists the native ids. Adapters bring in gymnasium and torchrl envs and hand
-ours to torchrl. This package never imports ``mbpo``.
+ours to torchrl; ``from_rsl_rl`` brings in rsl_rl envs (Isaac Lab, mjlab).
+This package never imports ``mbpo``.
 """
 
 from envs.base import ActionError, VecEnv, check_actions, random_actions
@@ -24,12 +25,20 @@ def from_torchrl(env, **kwargs) -> VecEnv:  # noqa: ANN001
     return _from_torchrl(env, **kwargs)
 
 
+def from_rsl_rl(vec_env, obs_group: str = "actor", **kwargs) -> VecEnv:  # noqa: ANN001
+    """Bring an rsl_rl ``VecEnv`` (Isaac Lab, mjlab) in as a VecEnv (see envs.adapters.rsl_rl)."""
+    from envs.adapters.rsl_rl import from_rsl_rl as _from_rsl_rl
+
+    return _from_rsl_rl(vec_env, obs_group, **kwargs)
+
+
 __all__ = [
     "ActionError",
     "DeviceUnavailableError",
     "UnknownEnvError",
     "VecEnv",
     "check_actions",
+    "from_rsl_rl",
     "from_torchrl",
     "list_envs",
     "make",

@@ -9,6 +9,10 @@ Everything the trainer touches is a batched torch tensor on ``env.device``:
   observation of its next episode and ``info["final_obs"]`` holds the true last
   observation. Our envs fill every row of ``final_obs`` (for unfinished envs it
   equals ``obs``); callers must only rely on the rows of finished envs.
+  Optional ``info["final_obs_valid"]``, bool ``(num_envs,)``: False for a finished
+  env whose true last observation is unknown (some same-step auto-reset envs lose
+  it; its ``final_obs`` row is then a placeholder). Absent means every
+  ``final_obs`` row of a finished env is true.
 * ``terminated`` (a true terminal state: do not bootstrap) is separate from
   ``truncated`` (time limit: bootstrap). Both can be true on the same step.
 * ``episode_steps``: per-env step counter of the running episode, int64.

@@ -1,4 +1,4 @@
-"""``envs.make``: native torch envs first, any other gymnasium id through the adapter."""
+"""``envs.make``: native torch envs first, ``Mjlab-`` ids through mjlab, other gymnasium ids through the adapter."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def make(
     ``kwargs`` go to it (``validate_actions``, ``compile``). Any other registered
     gymnasium id (MuJoCo included) runs on CPU through gymnasium's vector envs
     and hands its tensors over on ``device``; ``kwargs`` go to ``gym.make``
-    except ``vectorization_mode`` and ``validate_actions``.
+    except ``vectorization_mode`` and ``validate_actions``. ``Mjlab-`` ids build
+    mjlab's registered task (the ``mjlab`` extra), see ``envs.adapters.mjlab_tasks``.
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string such as 'Pendulum-v1', got {type(env_id).__name__}")
@@ -52,6 +53,10 @@ def make(
     if env_id in TASKS or env_id in TOY_TASKS:
         task = TASKS.get(env_id) or TOY_TASKS[env_id]
         return ClassicVecEnv(task, num_envs, device=device, seed=seed, **kwargs)
+    if env_id.startswith("Mjlab-"):
+        from envs.adapters.mjlab_tasks import make_mjlab
+
+        return make_mjlab(env_id, num_envs, device=device, seed=seed, **kwargs)
     if env_id in gym.registry:
         from envs.adapters.gymnasium_vector import GymnasiumVecEnv
 
@@ -60,5 +65,5 @@ def make(
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     raise UnknownEnvError(
         f"unknown env id {env_id!r}: it is neither a native env ({', '.join(list_envs())}) "
-        f"nor a registered gymnasium id.{hint}"
+        f"nor a registered gymnasium id (mjlab tasks start with 'Mjlab-').{hint}"
     )

@@ -1,1 +1,1 @@
-"""Adapters between our VecEnv contract and gymnasium / torchrl (later rsl_rl)."""
+"""Adapters between our VecEnv contract and gymnasium / torchrl and rsl_rl (Isaac Lab, mjlab)."""

@@ -1,0 +1,243 @@
+"""from_rsl_rl: rsl_rl VecEnvs (Isaac Lab, mjlab) under our contract; mjlab's real cartpole through envs.make.
+
+The mjlab tests run the real ``Mjlab-Cartpole-Balance`` on CPU (Warp's CPU
+backend) and skip, with the reason, where mjlab is not installed. The first
+env built on a machine compiles Warp's kernels (about 30 s, cached in
+``~/.cache/warp``); later ones take about a second. ``_Contract`` is a tiny
+hand-written rsl_rl VecEnv: a test double of the rsl_rl contract, not of mjlab.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+import envs
+from envs.adapters.rsl_rl import RslRlVecEnv
+from envs.base import ActionError, VecEnv
+
+pytestmark = pytest.mark.timeout(60)
+MJLAB_TIMEOUT = pytest.mark.timeout(300)  # a cold Warp kernel cache compiles for ~30 s (more on a busy machine)
+TASK = "Mjlab-Cartpole-Balance"
+SHORT = {"episode_length_s": 0.25}  # 5 steps of 0.05 s: a time-out within the test
+
+
+class _Contract:
+    """Three envs whose observations encode a per-env step clock.
+
+    Env 0 times out when its clock reaches 4, env 1 terminates at 2, env 2 runs
+    on. Rewards live in one buffer overwritten in place, as Isaac Lab and mjlab do;
+    ``final_obs=True`` puts the pre-reset groups in ``extras["final_obs"]``.
+    """
+
+    num_envs, num_actions, device, max_episode_length = 3, 2, "cpu", 4
+
+    def __init__(self, final_obs: bool = False) -> None:
+        self.final_obs = final_obs
+        self.clock = torch.zeros(3)
+        self.rewards = torch.zeros(3)
+        self.seeds: list[int] = []
+
+    def _groups(self) -> TensorDict:
+        actor = self.clock.unsqueeze(-1).repeat(1, 4)
+        return TensorDict({"actor": actor, "critic": -actor.repeat(1, 2)}, batch_size=[3])
+
+    def get_observations(self) -> TensorDict:
+        return self._groups()
+
+    def seed(self, seed: int = -1) -> int:
+        self.seeds.append(seed)
+        return seed
+
+    def reset(self) -> tuple[TensorDict, dict]:
+        self.clock.zero_()
+        return self._groups(), {}
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        self.clock += 1
+        self.rewards[:] = self.clock
+        time_outs = self.clock == torch.tensor([4.0, 99.0, 99.0])
+        dones = time_outs | (self.clock == torch.tensor([99.0, 2.0, 99.0]))
+        extras: dict = {"time_outs": time_outs, "log": {}}
+        if self.final_obs:
+            extras["final_obs"] = dict(self._groups().items())  # Isaac Lab hands over a dict of groups
+        self.clock[dones] = 0
+        return self._groups(), self.rewards, dones.long(), extras
+
+
+def _zeros(env: VecEnv) -> torch.Tensor:
+    return torch.zeros(env.num_envs, env.act_dim, device=env.device)
+
+
+# ---- the adapter, on a contract double -------------------------------------------------
+
+
+def test_shapes_dtypes_spaces_and_action_checks() -> None:
+    env = envs.from_rsl_rl(_Contract())
+    assert isinstance(env, RslRlVecEnv) and env.num_envs == 3 and env.device == torch.device("cpu")
+    assert env.obs_dim == 4 and env.observation_space.dtype == np.float32
+    assert env.act_dim == 2 and not env.is_discrete and env.max_episode_steps == 4
+    assert env.action_space.low.tolist() == [-1.0, -1.0] and env.action_space.high.tolist() == [1.0, 1.0]
+    obs = env.reset()
+    assert obs.shape == (3, 4) and obs.dtype == torch.float32
+    obs, rew, term, trunc, info = env.step(_zeros(env))
+    assert obs.shape == info["final_obs"].shape == (3, 4) and rew.shape == (3,) and rew.dtype == torch.float32
+    assert term.dtype == trunc.dtype == info["final_obs_valid"].dtype == torch.bool
+    assert env.episode_steps.dtype == torch.int64 and env.episode_steps.tolist() == [1, 1, 1]
+    with pytest.raises(ActionError, match=r"shape \(3, 2\)"):
+        env.step(torch.zeros(3, 1))
+
+
+@pytest.mark.parametrize("provided", [False, True], ids=["no-final-obs", "env-final-obs"])
+def test_terminated_truncated_and_both_final_obs_paths(provided: bool) -> None:
+    env = envs.from_rsl_rl(_Contract(final_obs=provided))
+    env.reset()
+    rewards = []
+    for t in range(1, 5):
+        obs, rew, term, trunc, info = env.step(_zeros(env))
+        rewards.append(rew)
+        done = term | trunc
+        assert term.tolist() == [False, t in (2, 4), False]  # env 1 ends at clock 2, twice
+        assert trunc.tolist() == [t == 4, False, False]  # env 0's time limit
+        if provided:  # the true last clock, and obs on unfinished rows
+            assert info["final_obs_valid"].all()
+            expected = torch.where(done, torch.tensor([4.0, 2.0, float(t)]), obs[:, 0])
+            assert torch.equal(info["final_obs"][:, 0], expected)
+        else:  # a placeholder, marked invalid exactly where an env finished
+            assert torch.equal(info["final_obs_valid"], ~done)
+            assert torch.equal(info["final_obs"], obs)
+        assert torch.equal(obs[done], torch.zeros(int(done.sum()), 4))  # next episode's first obs
+    assert env.episode_steps.tolist() == [0, 0, 4]
+    assert [r.tolist() for r in rewards] == [[1, 1, 1], [2, 2, 2], [3, 1, 3], [4, 2, 4]]  # copies, not the buffer
+
+
+def test_missing_obs_group_names_the_available_ones() -> None:
+    with pytest.raises(KeyError, match=r"'policy'.*available groups: \['actor', 'critic'\]"):
+        envs.from_rsl_rl(_Contract(), obs_group="policy")
+    assert envs.from_rsl_rl(_Contract(), obs_group="critic").obs_dim == 8  # other groups are ignored
+
+
+def test_objects_outside_the_contract_are_rejected_clearly() -> None:
+    with pytest.raises(TypeError, match="lacks num_envs, num_actions, device, get_observations, step"):
+        envs.from_rsl_rl(object())
+    broken = _Contract()
+    broken.num_actions = 0
+    with pytest.raises(ValueError, match="num_actions must be an int >= 1, got 0"):
+        envs.from_rsl_rl(broken)
+    env = envs.from_rsl_rl(_Contract())
+    env.env.step = lambda actions: (env.env.get_observations(), torch.zeros(3), torch.zeros(3))
+    with pytest.raises(TypeError, match=r"must return \(obs, rewards, dones, extras\), got tuple of length 3"):
+        env.step(_zeros(env))
+    terms = _Contract()
+    terms.get_observations = lambda: {"actor": {"pos": torch.zeros(3, 2)}}
+    with pytest.raises(TypeError, match="'actor' is a dict of terms"):
+        envs.from_rsl_rl(terms)
+
+
+def test_older_rsl_rl_tuple_observations_and_seeding() -> None:
+    old = _Contract()
+    old.get_observations = lambda: (old._groups()["actor"], {"observations": {}})  # rsl_rl < 3
+    env = envs.from_rsl_rl(old, seed=7)
+    assert env.reset().shape == (3, 4) and old.seeds == [7]  # the constructor's seed, at the first reset
+    env.reset()
+    env.reset(seed=3)
+    assert old.seeds == [7, 3]
+    unseedable = _Contract()
+    unseedable.seed = None  # an env that cannot be seeded says so
+    with pytest.warns(RuntimeWarning, match=r"no seed\(\) method; seed 1 is ignored"):
+        envs.from_rsl_rl(unseedable).reset(seed=1)
+
+
+def test_make_mjlab_without_mjlab_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mjlab", None)  # `import mjlab` now fails as if not installed
+    with pytest.raises(ImportError, match=r'needs mjlab.*pip install -e "\.\[mjlab\]"'):
+        envs.make(TASK, 2)
+
+
+# ---- mjlab's real cartpole on CPU ------------------------------------------------------
+
+
+def _mjlab(**kwargs: object) -> Iterator[VecEnv]:
+    pytest.importorskip("mjlab", reason="mjlab is not installed (pip install -e '.[mjlab]')")
+    env = envs.make(TASK, 4, device="cpu", seed=0, **kwargs)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def cartpole() -> Iterator[VecEnv]:
+    """True final observations (our reset after mjlab's ``auto_reset=False`` step), 5-step episodes."""
+    yield from _mjlab(**SHORT)
+
+
+@pytest.fixture(scope="module")
+def cartpole_auto() -> Iterator[VecEnv]:
+    """mjlab's own same-step auto-reset: final observations lost."""
+    yield from _mjlab(final_obs=False, **SHORT)
+
+
+def _trace(env: VecEnv, steps: int) -> list[tuple]:
+    """Seeded reset and actions. mjlab seeds process-global generators: trace one env at a time."""
+    g = torch.Generator().manual_seed(0)
+    out = [(env.reset(seed=0),)]
+    for _ in range(steps):
+        obs, rew, term, trunc, info = env.step(torch.rand(env.num_envs, 1, generator=g) * 2 - 1)
+        out.append((obs, rew, term, trunc, info["final_obs"], info["final_obs_valid"], env.episode_steps.clone()))
+    return out
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_cartpole_shapes_dtypes_devices(cartpole: VecEnv) -> None:
+    assert isinstance(cartpole, RslRlVecEnv) and cartpole.device == torch.device("cpu")
+    assert cartpole.obs_dim == 5 and cartpole.act_dim == 1 and cartpole.max_episode_steps == 5
+    assert cartpole.action_space.low.tolist() == [-1.0] and cartpole.action_space.high.tolist() == [1.0]
+    obs = cartpole.reset(seed=0)
+    assert obs.shape == (4, 5) and obs.dtype == torch.float32 and obs.device == cartpole.device
+    obs, rew, term, trunc, info = cartpole.step(torch.full((4, 1), 0.5))
+    for x, dtype in ((obs, torch.float32), (rew, torch.float32), (term, torch.bool), (trunc, torch.bool),
+                     (info["final_obs"], torch.float32), (info["final_obs_valid"], torch.bool)):
+        assert x.dtype == dtype and x.device == cartpole.device and x.shape[0] == 4
+    assert torch.all((rew > 0) & (rew <= 0.05))  # dm_control's smooth reward in [0, 1], times dt = 0.05 s
+    assert torch.allclose(obs[:, 1] ** 2 + obs[:, 2] ** 2, torch.ones(4))  # cos, sin of the pole angle
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_time_out_is_truncation_with_the_true_final_obs(cartpole: VecEnv) -> None:
+    trace = _trace(cartpole, 6)
+    for t, (obs, rew, term, trunc, final, valid, steps) in enumerate(trace[1:], start=1):
+        assert not term.any() and bool(trunc.all()) == (t == 5) and bool(trunc.any()) == (t == 5)
+        assert valid.all() and steps.tolist() == [t % 5] * 4
+    with envs.make(TASK, 4, seed=0) as reference:  # 1000-step episodes: no reset at step 5
+        assert torch.equal(trace[5][4], _trace(reference, 5)[5][0])  # final_obs is the state reached
+    assert not torch.equal(trace[5][4], trace[5][0])  # and obs already starts the next episode
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_auto_reset_marks_lost_final_obs_and_matches_otherwise(
+    cartpole: VecEnv, cartpole_auto: VecEnv
+) -> None:
+    captured, auto = _trace(cartpole, 6), _trace(cartpole_auto, 6)
+    obs, rew, term, trunc, final, valid, steps = auto[5]
+    assert trunc.all() and not term.any()
+    assert not valid.any() and torch.equal(final, obs)  # placeholder, marked invalid
+    assert auto[4][5].all() and auto[6][5].all()
+    for a, c in zip(auto, captured):  # our reset after the step is mjlab's auto-reset, bit for bit
+        for x, y in zip(a[:4], c[:4]):  # obs, reward, terminated, truncated
+            assert torch.equal(x, y)
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_groups_and_make_errors(cartpole_auto: VecEnv) -> None:
+    rsl_env = cartpole_auto.env  # mjlab's RslRlVecEnvWrapper
+    with pytest.raises(KeyError, match=r"available groups: \['actor', 'critic'\]"):
+        envs.from_rsl_rl(rsl_env, obs_group="policy")  # Isaac Lab's name for the actor group
+    assert envs.from_rsl_rl(rsl_env, obs_group="critic").obs_dim == 5
+    with pytest.raises(envs.UnknownEnvError, match="Did you mean: Mjlab-Cartpole-Balance"):
+        envs.make("Mjlab-Cartpole-Balanse", 2)
+    with pytest.raises(TypeError, match="unknown option 'episode_len'"):
+        envs.make(TASK, 2, episode_len=1.0)
