@@ -33,6 +33,10 @@ class EnvConfig:
     """Env id: a native torch env (envs.list_envs()) or any gymnasium id."""
     num_envs: int = 1
     """Envs stepped together by the training env (the vector batch size)."""
+    device: Optional[str] = None
+    """Where the env's tensors live (cpu, cuda or cuda:N); null = the run's device. With device=auto
+    the whole run follows it (e.g. an mjlab env on cpu plans everything on cpu); a different explicit
+    device is a DeviceMismatchError at start-up."""
 
 
 @dataclass
@@ -330,6 +334,8 @@ def _validate(config: Config) -> None:
             raise ConfigError(f"{key}={_get(config, key)!r} is not allowed; expected one of {', '.join(allowed)}")
     if not _DEVICE.match(config.device):
         raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
+    if config.env.device is not None and not _DEVICE.match(config.env.device):
+        raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
     for key, (low, high, low_inclusive) in _RANGES.items():
         value = _get(config, key)
         too_low = low is not None and (value < low if low_inclusive else value <= low)

@@ -87,7 +87,7 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     agent_cfg = AgentConfig(name="dqn" if env.is_discrete else "sac")
     learner = make_agent(agent_cfg, env.observation_space, env.action_space, env.device, seed=0)
     baseline = threading.active_count()
-    weights, queue, stop = WeightStore(), TransitionQueue(4), threading.Event()
+    weights, queue = WeightStore(), TransitionQueue(4)
     weights.publish(learner.snapshot())
     gate = RatioGate(total, n, learning_starts=total // 2, utd_ratio=0.0, train_freq=None, tolerance=0.1,
                      min_lead=32)

@@ -30,6 +30,7 @@ from mbpo.config import AgentConfig
 from mbpo.debug import check_transitions
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.thread_worker import ThreadWorker
 from mbpo.runtime.weights import WeightStore
 
 __all__ = ["Collector", "CollectorBatch", "CollectorSetup", "ThreadCollector", "NonFiniteEnvError",
@@ -94,18 +95,12 @@ class Collector(Protocol):
     def join(self, timeout: float) -> bool: ...
     def is_alive(self) -> bool: ...
     def abandon(self) -> int:
-        """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
-        which the caller hands back to the gate."""
-        with self._lock:
-            self.abandoned = True
-            self._stop.set()
-            in_flight, self.in_flight = self.in_flight, 0
-            return in_flight
-
-    def close(self) -> None: ...
+        """Give up on a hung collector: it pushes nothing more; returns its in-flight reservation."""
+    def close(self) -> None:
+        """Stop, and close the env (which releases one stuck in ``step``). Idempotent."""
 
 
-class ThreadCollector:
+class ThreadCollector(ThreadWorker):
     """A collector on its own Python thread (torch releases the GIL inside its ops)."""
 
     def __init__(
@@ -124,7 +119,7 @@ class ThreadCollector:
         self.setup, self.env, self.queue, self.weights, self.gate = setup, env, queue, weights, gate
         self.seed = seed
         self._make_agent = make_agent
-        self.error: BaseException | None = None
+        super().__init__(f"mbpo-collector-{collector_id}.{incarnation}", setup.torch_threads)
         self.batches = 0
         self.policy_version = 0
         self.last_beat = time.monotonic()
@@ -133,24 +128,11 @@ class ThreadCollector:
         self.abandoned = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
-                                        daemon=True)
         self._closed = False
 
-    # -- the Collector protocol ----------------------------------------------------------
-    def start(self) -> None:
-        self._thread.start()
-
+    # -- the Collector protocol (start, join, is_alive, error: ThreadWorker) ---------------
     def stop(self) -> None:
         self._stop.set()
-
-    def join(self, timeout: float) -> bool:
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
 
     def abandon(self) -> int:
         """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
@@ -172,14 +154,7 @@ class ThreadCollector:
         self.last_beat = time.monotonic()
 
     # -- the thread ----------------------------------------------------------------------
-    def _main(self) -> None:
-        try:
-            torch.set_num_threads(self.setup.torch_threads)
-            self._collect()
-        except BaseException as exc:  # noqa: BLE001 - handed to the supervisor with its traceback
-            self.error = exc
-
-    def _collect(self) -> None:
+    def _work(self) -> None:
         s, env = self.setup, self.env
         policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", self.seed)
         random_gen = torch.Generator().manual_seed(self.seed + 1)

@@ -15,18 +15,18 @@ import threading
 import time
 from typing import Any
 
-import torch
 from torchrl.data import ReplayBuffer
 
 from mbpo.model_based import ModelBased
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.streams import Lane
+from mbpo.runtime.thread_worker import ThreadWorker
 from mbpo.runtime.weights import WeightStore
 
 __all__ = ["ModelWorker"]
 
 
-class ModelWorker:
+class ModelWorker(ThreadWorker):
     """Fit the ensemble whenever the gate says a training is due, then roll out into the model buffer."""
 
     def __init__(
@@ -42,36 +42,19 @@ class ModelWorker:
     ) -> None:
         self.model, self.real, self.real_lock = model, real, real_lock
         self.gate, self.weights, self.rollout_agent, self.stop = gate, weights, rollout_agent, stop
-        self.torch_threads = torch_threads
+        super().__init__("mbpo-model", torch_threads)
         self.cycle_lock = threading.Lock()
         """Held for a whole train + rollout cycle: whoever reads the ensemble's state takes it."""
-        self.error: BaseException | None = None
         self.policy_version = 0
         """Published weight version the last rollouts acted with."""
         self.busy_s = 0.0
         self.lane = Lane(model.device)
-        self._thread = threading.Thread(target=self._main, name="mbpo-model", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self, timeout: float) -> bool:
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _main(self) -> None:
-        try:
-            torch.set_num_threads(self.torch_threads)
-            with self.lane.active():
-                while not self.stop.is_set():
-                    if self.gate.wait_for(lambda: self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
-                        self._cycle()
-        except BaseException as exc:  # noqa: BLE001 - the supervisor re-raises it in the main thread
-            self.error = exc
+    def _work(self) -> None:
+        with self.lane.active():
+            while not self.stop.is_set():
+                if self.gate.wait_for(lambda: self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
+                    self._cycle()
 
     def _cycle(self) -> None:
         start = time.perf_counter()

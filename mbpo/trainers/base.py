@@ -20,7 +20,7 @@ from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state
 from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
-from mbpo.devices import DevicePlan
+from mbpo.devices import DeviceMismatchError, DevicePlan
 from mbpo.model_based import ModelBased
 
 __all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "RESUMABLE_OVERRIDES"]
@@ -61,11 +61,19 @@ class Trainer:
         self.run_dir = Path(run_dir)
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
         seed_everything(config.seed)
-        self.plan = DevicePlan.resolve(config.device)
+        follow_env = config.device == "auto" and config.env.device not in (None, "auto")
+        self.plan = DevicePlan.resolve(config.env.device if follow_env else config.device)
         device = self.plan.device
+        self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
         self.seeds = stream_seeds(config.seed)
         self.env = self._make_env()
-        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=device, seed=self.seeds["eval_env"])
+        try:
+            self.plan.check({"env": self.env})  # before anything else is built or stepped
+        except DeviceMismatchError:
+            self.env.close()
+            raise
+        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
+                                  seed=self.seeds["eval_env"])
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
                                 self.seeds["agent"])
         self.buffer = make_replay_buffer(
@@ -93,7 +101,7 @@ class Trainer:
 
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
-        return envs.make(self.config.env.id, self.config.env.num_envs, device=self.plan.device,
+        return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
                          seed=self.seeds["env"])
 
     def eval_seed(self) -> int:

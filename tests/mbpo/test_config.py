@@ -36,7 +36,7 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: id, num_envs"),
+        (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: device, id, num_envs"),
         (["lr=3"], "unknown config key 'lr'"),
         (["env.num_envs=abc"], "config key 'env.num_envs': Value 'abc' of type 'str' could not be converted to Integer"),
         (["env.num_envs=0"], r"env.num_envs=0 is out of range; expected a value in \[1, inf\]"),
