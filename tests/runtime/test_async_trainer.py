@@ -185,3 +185,17 @@ def test_async_mbpo_on_cuda_hands_off_between_streams(tiny_config: Callable[...,
     assert row["env_steps"] == 384 and trainer.model is not None and trainer.model.trainings >= 5
     data = trainer.model.model_buffer.newest(len(trainer.model.model_buffer))
     assert data["obs"].device.type == "cuda" and bool(torch.isfinite(data["next_obs"]).all())
+
+
+def test_an_async_run_resumes_from_its_checkpoint(tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("agent.utd_ratio=2")
+    first = AsyncTrainer(cfg, cfg.run_dir)
+    first.run()
+    resumed = resume_trainer(cfg.run_dir, ["total_env_steps=512"])
+    assert isinstance(resumed, AsyncTrainer) and resumed.env_steps == 384
+    assert resumed.agent.num_updates == first.agent.num_updates
+    row = resumed.run()
+    assert row["env_steps"] == 512 and len(resumed.buffer) == 512
+    assert resumed.updates_issued == 2 * (512 - 63)  # the ratio carries on across the resume
