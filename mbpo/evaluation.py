@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 import envs
@@ -12,7 +14,7 @@ __all__ = ["evaluate"]
 MAX_EVAL_STEPS = 100_000  # for envs without a time limit
 
 
-def evaluate(agent: Agent, env: envs.VecEnv, seed: int) -> list[float]:
+def evaluate(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[[], None] | None = None) -> list[float]:
     """Return of the first episode of each of ``env.num_envs`` envs, acting greedily.
 
     ``reset(seed=seed)`` makes every evaluation reproducible on its own, so
@@ -24,6 +26,8 @@ def evaluate(agent: Agent, env: envs.VecEnv, seed: int) -> list[float]:
     running = torch.ones(n, dtype=torch.bool)
     limit = env.max_episode_steps or MAX_EVAL_STEPS
     for _ in range(limit):
+        if poll is not None:
+            poll()  # e.g. the async trainer's supervision: a long evaluation must not hide a worker's error
         actions = agent.act(obs.cpu(), explore=False).to(env.device)
         obs, reward, terminated, truncated, _ = env.step(actions)
         returns += torch.where(running, reward.cpu().double(), 0.0)

@@ -100,7 +100,9 @@ class ModelBased:
         num_starts = int(c.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
         self.last_rollout_env_steps = env_steps
         with self.lock:
+            self._after_learner_reads()
             self.model_buffer.resize(self._capacity(self.rollout_len))
+            self._mark_written()
         if num_starts <= 0:
             return
         idx = torch.randint(data.shape[0], (num_starts,), generator=self.generator, device=self.device)
@@ -114,12 +116,30 @@ class ModelBased:
         if self.debug and batch.shape[0]:
             check_transitions(batch, "model rollouts -> model buffer", self.device, self.obs_dim, self.action_space)
         with self.lock:
+            self._after_learner_reads()
             self.model_buffer.add(batch)
-            if self.device.type == "cuda":  # the learner's stream waits on this before sampling
-                self.buffer_ready = torch.cuda.Event()
-                self.buffer_ready.record()
+            self._mark_written()
         self.rollouts_started += stats.started
         self.nonfinite_branches += stats.nonfinite
+
+    def _after_learner_reads(self) -> None:
+        """On CUDA, from another stream (the async model thread): order model-buffer writes after every
+        read the learner has queued on the default stream, and keep the storage a resize frees alive
+        until those reads are done. Called under ``lock``; a no-op on CPU and on the default stream."""
+        if self.device.type != "cuda":
+            return
+        learner = torch.cuda.default_stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        if current != learner:
+            current.wait_stream(learner)
+            if self.model_buffer._data is not None:
+                self.model_buffer._data.apply(lambda t: t.record_stream(learner) or t)
+
+    def _mark_written(self) -> None:
+        """An event after the newest model-buffer writes; the learner's stream waits on it before sampling."""
+        if self.device.type == "cuda":
+            self.buffer_ready = torch.cuda.Event()
+            self.buffer_ready.record()
 
     def policy_batch(self, real: ReplayBuffer, batch_size: int) -> TensorDict:
         """``real_ratio`` of the batch from the real buffer, the rest from the model buffer."""

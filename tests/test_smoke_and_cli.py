@@ -8,7 +8,7 @@ import pytest
 
 from mbpo import cli, smoke
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)
 
 
 def test_smoke_stages_print_in_order_and_pass(capsys: pytest.CaptureFixture[str]) -> None:

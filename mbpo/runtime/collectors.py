@@ -37,7 +37,7 @@ __all__ = ["Collector", "CollectorBatch", "CollectorSetup", "ThreadCollector", "
            "POLICY_VERSION", "COLLECTOR_ID"]
 
 POLICY_VERSION = "policy_version"
-"""int64 ``(B,)``: the published weight version the collector acted with (0: initial or random actions)."""
+"""int64 ``(B,)``: the published weight version the collector acted with (0: random warm-up actions)."""
 COLLECTOR_ID = "collector_id"
 """int64 ``(B,)``: which collector produced the transition."""
 
@@ -59,7 +59,9 @@ class CollectorBatch:
     dropped_nonfinite: int = 0
     """Transitions dropped because the env returned a non-finite value (runtime.nonfinite=drop)."""
     created_at: float = 0.0
-    """time.monotonic() when the batch was pushed."""
+    """time.monotonic() when the batch was complete."""
+    started_at: float = 0.0
+    """time.monotonic() when its first env step began (after the collector picked up weights)."""
 
 
 @dataclass
@@ -134,6 +136,10 @@ class ThreadCollector(ThreadWorker):
     def stop(self) -> None:
         self._stop.set()
 
+    def start(self) -> None:
+        self.beat()  # the timeout counts from the start, not from construction
+        super().start()
+
     def abandon(self) -> int:
         """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
         which the caller hands back to the gate."""
@@ -162,10 +168,6 @@ class ThreadCollector(ThreadWorker):
         episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.beat()  # set-up done (building the replica can take a while on a loaded machine)
         while not self._stop.is_set():
-            latest = self.weights.latest()
-            if latest is not None and latest.version != self.policy_version:
-                policy.load_snapshot(latest.snapshot)  # atomic: a published snapshot never changes
-                self.policy_version = latest.version
             first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
             with self._lock:
                 if self.abandoned:
@@ -175,6 +177,10 @@ class ThreadCollector(ThreadWorker):
             if granted == 0:
                 return
             try:
+                latest = self.weights.latest()  # the newest weights, right before the batch starts
+                if latest is not None and latest.version != self.policy_version:
+                    policy.load_snapshot(latest.snapshot)  # atomic: a published snapshot never changes
+                    self.policy_version = latest.version
                 batch, obs = self._batch(policy, random_gen, obs, first, granted // env.num_envs, episode_return)
                 if s.debug:
                     check_transitions(batch.data, f"collector {self.collector_id} -> queue", env.device,
@@ -206,8 +212,10 @@ class ThreadCollector(ThreadWorker):
         parts: list[TensorDict] = []
         returns: list[float] = []
         dropped = 0
+        started = time.monotonic()
         for t in range(vector_steps):
-            if first + t * n < self.setup.learning_starts:
+            random = first + t * n < self.setup.learning_starts
+            if random:
                 actions = envs.random_actions(env, random_gen)
             else:
                 actions = policy.act(obs.cpu(), explore=True).to(env.device)
@@ -215,6 +223,8 @@ class ThreadCollector(ThreadWorker):
             self.beat()  # only a step that never returns makes a collector hung, not a slow one
             done = terminated | truncated
             step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+            step[POLICY_VERSION] = torch.full((n,), 0 if random else self.policy_version, dtype=torch.int64,
+                                              device=step.device)
             finite = (torch.isfinite(obs).all(-1) & torch.isfinite(reward)
                       & torch.isfinite(step["next_obs"]).all(-1))
             finite_cpu = finite.cpu()
@@ -235,10 +245,9 @@ class ThreadCollector(ThreadWorker):
                 episode_return.zero_()
         data = torch.cat(parts)
         b = data.shape[0]
-        data[POLICY_VERSION] = torch.full((b,), self.policy_version, dtype=torch.int64, device=data.device)
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
         return CollectorBatch(data, self.collector_id, self.policy_version, returns, vector_steps * n, dropped,
-                              time.monotonic()), obs
+                              time.monotonic(), started), obs
 
     def _nonfinite(self, step: TensorDict, finite: torch.Tensor, at_transition: int) -> None:
         if self.setup.nonfinite == "drop":

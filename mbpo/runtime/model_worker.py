@@ -59,22 +59,27 @@ class ModelWorker(ThreadWorker):
     def _cycle(self) -> None:
         start = time.perf_counter()
         with self.cycle_lock:
-            with self.real_lock:
-                self.lane.wait_default()  # the learner's writes to the replay buffer come first
-                env_steps = self.gate.ingested
-                data = self.real[: len(self.real)].clone()
-            if data.shape[0] < 2:
-                self.gate.add(trainings=1)
-                return
-            self.model.train(data, env_steps, should_stop=self.stop.is_set)
-            if self.stop.is_set():
-                return  # a cut-short fit keeps its best epochs, but a stopping run needs no rollouts
-            latest = self.weights.latest()
-            if latest is not None and latest.version != self.policy_version:
-                self.rollout_agent.load_snapshot(latest.snapshot)
-                self.policy_version = latest.version
-            self.lane.wait_default()  # learner reads of model-buffer rows this cycle overwrites come first
-            self.model.rollout(data, env_steps, self.rollout_agent.rollout_act)  # records buffer_ready
-            self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
+            try:
+                with self.real_lock:
+                    self.lane.wait_default()  # the learner's writes to the replay buffer come first
+                    env_steps = self.gate.ingested
+                    data = self.real[: len(self.real)].clone()
+                    self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
+                if data.shape[0] < 2:
+                    self.gate.add(trainings=1)
+                    return
+                self.model.train(data, env_steps, should_stop=self.stop.is_set)
+                if self.stop.is_set():  # a cut-short fit keeps its best epochs; a stopping run needs no rollouts
+                    self.model.last_rollout_env_steps = env_steps  # so a resume does not make them up twice
+                    return
+                latest = self.weights.latest()
+                if latest is not None and latest.version != self.policy_version:
+                    self.rollout_agent.load_snapshot(latest.snapshot)
+                    self.policy_version = latest.version
+                # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
+                # publish buffer_ready for the learner's next sample.
+                self.model.rollout(data, env_steps, self.rollout_agent.rollout_act)
+            finally:
+                self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
         self.busy_s += time.perf_counter() - start
         self.gate.add(trainings=1)

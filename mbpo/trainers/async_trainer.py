@@ -51,17 +51,27 @@ __all__ = ["AsyncTrainer", "EnvFactory"]
 EnvFactory = Callable[[int, int, int], envs.VecEnv]
 """``(collector_id, incarnation, seed) -> VecEnv``: how collectors get their envs (tests wrap faults in)."""
 POLL_S = 0.05
+SUPERVISE_EVERY_S = 0.5
 
 
 class AsyncTrainer(Trainer):
     """The async MBPO (or plain SAC/DQN) trainer; ``run()`` trains, ``close()`` is idempotent."""
 
     def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
-        rt = config.runtime
-        self.num_collectors = 1 if config.debug else rt.num_collectors
+        self.num_collectors = 1 if config.debug else config.runtime.num_collectors
         self._env_factory = env_factory
         super().__init__(config, run_dir)
-        self.envs = [self.env] + [self._collector_env(i, 0) for i in range(1, self.num_collectors)]
+        try:
+            self._build_runtime(config)
+        except BaseException:
+            self.close_envs()
+            raise
+
+    def _build_runtime(self, config: Config) -> None:
+        rt = config.runtime
+        self.envs = [self.env]
+        for i in range(1, self.num_collectors):
+            self.envs.append(self._collector_env(i, 0))
         self.components |= {f"collector {i} env": e for i, e in enumerate(self.envs)}
         self.check_devices()
         n = config.env.num_envs
@@ -106,6 +116,7 @@ class AsyncTrainer(Trainer):
             return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed)
         env = self._env_factory(collector_id, incarnation, seed)
         if env.device != self.plan.device:
+            env.close()
             raise DeviceMismatchError(f"collector {collector_id}'s env is on {env.device}, but the run's device "
                                       f"plan is {self.plan.device}; build it on {self.plan.device}")
         return env
@@ -138,11 +149,18 @@ class AsyncTrainer(Trainer):
                 try:
                     self._loop()
                 finally:
-                    self._shutdown()
-                    self._final_checkpoint(announce=signals.signum is not None or sys.exc_info()[0] is not None)
+                    failing = sys.exc_info()[0] is not None
+                    try:
+                        self._shutdown()
+                    except Exception as exc:  # noqa: BLE001 - never hide the error that ended the run
+                        if not failing:
+                            raise
+                        print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
+                    finally:
+                        self._final_checkpoint(announce=signals.signum is not None or failing)
                 finished = signals.signum is None
                 if finished:  # the final policy, after the last updates
-                    self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed())))
+                    self._evaluate()
                 row = self._log(logger, evaluated=finished)
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum
@@ -210,22 +228,24 @@ class AsyncTrainer(Trainer):
             if n:
                 self.buffer.extend(data.select(*TRANSITION_KEYS, NEXT_OBS_VALID).to(device))
             self.gate.add(ingested=item.env_steps)
-        self.env_steps = self.gate.ingested
+        self.env_steps = self.gate.ingested + self.gate.discarded  # env interactions, dropped batches included
         self.learning_env_steps = self.gate.learning_transitions()
         self.nonfinite_dropped += item.dropped_nonfinite
         self._recent_returns.extend(item.episode_returns)
         now = time.monotonic()
         self.lag_versions.append(self.weights.version - item.policy_version)
-        published = self.weights.published_at(item.policy_version)
-        if published is not None:
-            self.lag_s.append(now - published)
+        superseded = self.weights.published_at(item.policy_version + 1)  # how long its weights were stale
+        self.lag_s.append(0.0 if superseded is None else max(now - superseded, 0.0))
         self.queue_depth_sum += len(self.queue)
         self.queue_samples += 1
 
     def _update(self, k: int) -> None:
-        start = time.perf_counter()
+        start = checked = time.perf_counter()
         debug = self.config.debug
         for _ in range(k):
+            if time.perf_counter() - checked > SUPERVISE_EVERY_S:  # a long chunk still surfaces worker errors
+                self._supervise()
+                checked = time.perf_counter()
             batch = self._policy_batch()
             if debug:
                 check_transitions(batch, "replay -> learner", self.plan.device, self.env.obs_dim,
@@ -257,7 +277,7 @@ class AsyncTrainer(Trainer):
             return
         evaluated = crossed(before, self.env_steps, cfg.eval_every)
         if evaluated:
-            self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed())))
+            self._evaluate()
         if evaluated or crossed(before, self.env_steps, cfg.log_every):
             self._log(logger, evaluated)
         if crossed(before, self.env_steps, cfg.checkpoint.every):
@@ -270,6 +290,10 @@ class AsyncTrainer(Trainer):
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
+
+    def _evaluate(self) -> None:
+        poll = None if self._stopped else self._supervise  # long evaluations still surface worker errors
+        self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed(), poll)))
 
     def _rate(self, count: int) -> float:
         return count / max(time.perf_counter() - self._t0, 1e-9)
@@ -334,10 +358,18 @@ class AsyncTrainer(Trainer):
                   "with the process)", file=sys.stderr)
 
     def state_dict(self) -> dict[str, Any]:
-        if self.model_worker is not None and self.model_worker.is_alive():
-            with self.model_worker.cycle_lock:  # a consistent ensemble: not mid-fit
-                return super().state_dict()
-        return super().state_dict()
+        """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most
+        ``runtime.shutdown_timeout_s``; a model thread stuck longer raises instead of hanging the run."""
+        worker = self.model_worker
+        if worker is None:
+            return super().state_dict()
+        if not worker.cycle_lock.acquire(timeout=self.config.runtime.shutdown_timeout_s):
+            raise TimeoutError(f"the model thread held the ensemble for more than runtime.shutdown_timeout_s="
+                               f"{self.config.runtime.shutdown_timeout_s} s; no consistent checkpoint")
+        try:
+            return super().state_dict()
+        finally:
+            worker.cycle_lock.release()
 
     def close(self) -> None:
         """Stop and join every thread and close every env. Idempotent."""
@@ -345,7 +377,5 @@ class AsyncTrainer(Trainer):
             return
         self._closed = True
         self._shutdown()
-        self.pool.close()
-        for env in self.envs:
-            env.close()
+        self.pool.close()  # closes every collector's env
         self.eval_env.close()

@@ -20,7 +20,7 @@ from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state
 from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
-from mbpo.devices import DeviceMismatchError, DevicePlan
+from mbpo.devices import DevicePlan
 from mbpo.model_based import ModelBased
 
 __all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "RESUMABLE_OVERRIDES"]
@@ -55,8 +55,8 @@ def crossed(before: int, after: int, every: int) -> bool:
 class Trainer:
     """The learner side of a run; subclasses bring the training env(s) and the loop."""
 
-    def __init__(self, config: Config, run_dir: str | Path, env: envs.VecEnv | None = None) -> None:
-        """``env`` (built by the subclass after seeding, see :meth:`_make_env`) gives the spaces."""
+    def __init__(self, config: Config, run_dir: str | Path) -> None:
+        """Seeds, plans devices, builds the training env (:meth:`_make_env`) and then the learner on its spaces."""
         self.config = config
         self.run_dir = Path(run_dir)
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
@@ -68,10 +68,13 @@ class Trainer:
         self.seeds = stream_seeds(config.seed)
         self.env = self._make_env()
         try:
-            self.plan.check({"env": self.env})  # before anything else is built or stepped
-        except DeviceMismatchError:
-            self.env.close()
+            self._build_learner(config, device)
+        except BaseException:
+            self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
+
+    def _build_learner(self, config: Config, device: torch.device) -> None:
+        self.plan.check({"env": self.env})  # before anything else is built or stepped
         self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
                                   seed=self.seeds["eval_env"])
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
@@ -88,12 +91,21 @@ class Trainer:
                                     device, self.seeds["model"])
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
+        self._init_counters()
+
+    def _init_counters(self) -> None:
         self.env_steps = 0
         self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)
         self.updates_issued = 0  # update() calls so far: floor(learning_env_steps * utd_ratio), no float drift
         self.wall_s = 0.0
         self.last_eval_return: float | None = None
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+
+    def close_envs(self) -> None:
+        """Close every env built so far (safe to call twice: VecEnv.close is)."""
+        for env in (getattr(self, "env", None), getattr(self, "eval_env", None), *getattr(self, "envs", ())):
+            if env is not None:
+                env.close()
 
     def check_devices(self) -> None:
         """Start-up assertion: every component on the plan's device, the policy replica on CPU."""

@@ -37,7 +37,11 @@ class SyncTrainer(Trainer):
 
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         super().__init__(config, run_dir)
-        self.check_devices()
+        try:
+            self.check_devices()
+        except BaseException:
+            self.close_envs()
+            raise
         self._action_generator = torch.Generator().manual_seed(self.seeds["actions"])
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None

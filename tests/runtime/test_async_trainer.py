@@ -16,7 +16,7 @@ from mbpo.config import Config
 from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
 from mbpo.trainers import AsyncTrainer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_async_sac_run_keeps_the_update_ratio_and_closes_every_thread(
@@ -50,42 +50,48 @@ def test_batches_carry_policy_version_and_collector_id(tiny_config: Callable[...
     assert {b.collector_id for b in seen} == {0, 1}
     for b in seen:
         assert torch.equal(b.data[COLLECTOR_ID], torch.full((b.data.shape[0],), b.collector_id))
-        assert torch.equal(b.data[POLICY_VERSION], torch.full((b.data.shape[0],), b.policy_version))
+        # warm-up steps (before learning_starts=64) act randomly and carry version 0
+        assert set(b.data[POLICY_VERSION].tolist()) <= {0, b.policy_version}
     versions = [b.policy_version for b in seen]
     assert versions[0] >= 1 and max(versions) > 1  # collectors picked up newer snapshots
+    assert {v for b in seen for v in b.data[POLICY_VERSION].tolist()} >= {0, max(versions)}
 
 
 def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Callable[..., Config],
                                                                thread_baseline: int) -> None:
-    """DQN: zero Q-net and epsilon 0 make every action 0; each collector must act so by its next batch."""
+    """DQN: zero Q-net and epsilon 0 make every action 0. A batch a collector started after the
+    publication must act with them: at most the batch in progress at that moment used the old ones."""
+    import time
+
     cfg = tiny_config("env.id=CartPole-v1", "agent.name=dqn", "agent.learning_starts=0", "agent.utd_ratio=0.25",
                       "runtime.publish_every=1000000")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     seen: list[CollectorBatch] = []
-    zero_version: list[int] = []
+    published: list[tuple[int, float]] = []
     ingest = trainer._ingest
 
     def spy(item: CollectorBatch) -> None:
         seen.append(item)
         ingest(item)
-        if len(seen) == 4 and not zero_version:  # mid-run, from the learner's thread
+        if len(seen) == 4 and not published:  # mid-run, from the learner's thread
             snap = trainer.agent.snapshot()
             for net in ("q_net", "target_q_net"):
                 snap[net] = {k: torch.zeros_like(v) for k, v in snap[net].items()}
             snap["epsilon"] = 0.0
-            zero_version.append(trainer.weights.publish(snap))
-            seen_at_publish.update({c: sum(b.collector_id == c for b in seen) for c in (0, 1)})
+            version = trainer.weights.publish(snap)
+            published.append((version, time.monotonic()))
 
-    seen_at_publish: dict[int, int] = {}
     trainer._ingest = spy  # type: ignore[method-assign]
     trainer.run()
+    version, at = published[0]
     for c in (0, 1):
-        later = [b for b in seen if b.collector_id == c][seen_at_publish[c]:]
-        # At most one batch (already being collected at publication) acts with the old weights.
-        assert all(b.policy_version == zero_version[0] for b in later[1:]), [b.policy_version for b in later]
-        for b in later[1:]:
+        mine = [b for b in seen if b.collector_id == c]
+        in_progress = [b for b in mine if b.started_at <= at < b.created_at]
+        after = [b for b in mine if b.started_at > at]
+        assert len(in_progress) <= 1 and len(after) >= 2, (len(in_progress), len(after))
+        for b in after:
+            assert b.policy_version == version and torch.all(b.data["policy_version"] == version)
             assert torch.all(b.data["action"] == 0)
-        assert len(later) >= 2
 
 
 def test_sigterm_drains_joins_checkpoints_and_exits_143(tiny_config: Callable[..., Config],
