@@ -241,3 +241,36 @@ def test_mjlab_groups_and_make_errors(cartpole_auto: VecEnv) -> None:
         envs.make("Mjlab-Cartpole-Balanse", 2)
     with pytest.raises(TypeError, match="unknown option 'episode_len'"):
         envs.make(TASK, 2, episode_len=1.0)
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_time_outs_without_a_final_obs_never_become_model_targets(
+    cartpole_auto: VecEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainers' own path: real_transitions marks them, ModelBased.train leaves them out of the fit."""
+    from mbpo.buffers import NEXT_OBS_VALID, real_transitions
+    from mbpo.config import load_config
+    from mbpo.model_based import ModelBased
+
+    env = cartpole_auto
+    obs, steps = env.reset(seed=0), []
+    for _ in range(6):  # 5-step episodes: one time-out in every env
+        action = torch.zeros(env.num_envs, 1)
+        nxt, rew, term, trunc, info = env.step(action)
+        steps.append(real_transitions(obs, action, rew, nxt, term, trunc, info))
+        obs = nxt
+    data = torch.cat(steps)
+    timed_out = torch.cat([s[NEXT_OBS_VALID].logical_not() for s in steps])
+    assert int(timed_out.sum()) == env.num_envs  # exactly the time-out rows are marked
+    model = ModelBased(load_config(None, ["model.enabled=true"]).model, TASK, env.observation_space,
+                       env.action_space, torch.device("cpu"), seed=0)
+    fitted: dict[str, torch.Tensor] = {}
+
+    def spy_fit(obs: torch.Tensor, *args: object, **kwargs: object) -> dict:
+        fitted["obs"] = obs
+        return {}
+
+    monkeypatch.setattr(model.ensemble, "fit", spy_fit)
+    model.train(data, env_steps=data.shape[0])
+    assert fitted["obs"].shape[0] == data.shape[0] - env.num_envs
+    assert torch.equal(fitted["obs"], data["obs"][~timed_out])
