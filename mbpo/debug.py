@@ -61,16 +61,17 @@ def check_indices(index: torch.Tensor, size: int, what: str) -> None:
                            f"valid range [0, {size})")
 
 
-def check_snapshot(snapshot: Any, where: str, path: str = "snapshot") -> None:
-    """A published snapshot holds CPU tensors only, all finite."""
+def check_snapshot(snapshot: Any, where: str, finite: bool = True, path: str = "snapshot") -> None:
+    """A published snapshot holds CPU tensors only (always checked on publish), all finite (debug mode)."""
     if isinstance(snapshot, torch.Tensor):
         if snapshot.device.type != "cpu":
-            raise HandoffError(f"{where}: {path} is on {snapshot.device}; snapshots must be CPU tensors")
-        if snapshot.dtype.is_floating_point and not bool(torch.isfinite(snapshot).all()):
+            raise HandoffError(f"{where}: {path} is on {snapshot.device}; published snapshots must hold CPU "
+                               "tensors only")
+        if finite and snapshot.dtype.is_floating_point and not bool(torch.isfinite(snapshot).all()):
             raise HandoffError(f"{where}: {path} holds non-finite values")
     elif isinstance(snapshot, dict):
         for key, value in snapshot.items():
-            check_snapshot(value, where, f"{path}[{key!r}]")
+            check_snapshot(value, where, finite, f"{path}[{key!r}]")
 
 
 def switches(num_collectors_asked: int) -> list[str]:

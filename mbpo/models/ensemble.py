@@ -298,8 +298,8 @@ class DynamicsEnsemble(nn.Module):
         epochs = since_improved = 0
         train_loss = float("nan")
         self.train()
-        while (c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and not (
-                should_stop and should_stop()):
+        stop = should_stop or (lambda: False)
+        while (c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and not stop():
             epoch_loss = self.train_epoch(*train_set, boot)
             epochs += 1
             *mse, train_loss = torch.cat((self._mse(x_hold, t_hold), epoch_loss.reshape(1))).tolist()

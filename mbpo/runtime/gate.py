@@ -149,7 +149,3 @@ class RatioGate:
             if not predicate() and not stop.is_set():
                 self._cond.wait(timeout)
             return predicate()
-
-    def notify(self) -> None:
-        with self._cond:
-            self._cond.notify_all()

@@ -15,11 +15,9 @@ __all__ = ["Lane"]
 class Lane:
     """A dedicated CUDA stream on ``device`` (None on CPU)."""
 
-    def __init__(self, device: torch.device, dedicated: bool = True) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = torch.device(device)
-        cuda = self.device.type == "cuda"
-        self.stream = (torch.cuda.Stream(self.device) if dedicated else torch.cuda.current_stream(self.device)) \
-            if cuda else None
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -29,19 +27,6 @@ class Lane:
             return
         with torch.cuda.stream(self.stream):
             yield
-
-    def record(self) -> torch.cuda.Event | None:
-        """An event marking everything queued on this lane so far (hand it to the consumer)."""
-        if self.stream is None:
-            return None
-        event = torch.cuda.Event()
-        event.record(self.stream)
-        return event
-
-    def wait(self, event: torch.cuda.Event | None) -> None:
-        """Queue nothing on this lane until ``event`` (from another lane) has completed."""
-        if event is not None and self.stream is not None:
-            self.stream.wait_event(event)
 
     def wait_default(self) -> None:
         """Queue nothing on this lane until the work already queued on the device's default stream (the

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+from mbpo.debug import check_snapshot
 
 __all__ = ["WeightStore", "Published"]
 
@@ -44,7 +44,7 @@ class WeightStore:
 
     def publish(self, snapshot: dict[str, Any]) -> int:
         """Store ``snapshot`` as the next version; returns that version."""
-        _check_cpu(snapshot)
+        check_snapshot(snapshot, "publish", finite=False)  # collectors never receive device tensors
         with self._lock:
             version = self.version + 1
             now = time.monotonic()
@@ -64,12 +64,3 @@ class WeightStore:
         with self._lock:
             return self._published_at.get(version)
 
-
-def _check_cpu(snapshot: Any, path: str = "snapshot") -> None:
-    """Collectors must never receive device tensors: a CUDA tensor in a snapshot is a bug here."""
-    if isinstance(snapshot, torch.Tensor):
-        if snapshot.device.type != "cpu":
-            raise ValueError(f"{path} is on {snapshot.device}; published snapshots must hold CPU tensors only")
-    elif isinstance(snapshot, dict):
-        for key, value in snapshot.items():
-            _check_cpu(value, f"{path}[{key!r}]")

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from mbpo.debug import HandoffError
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
@@ -89,5 +90,5 @@ def test_weight_store_versions_and_rejects_device_tensors() -> None:
     assert latest is not None and latest.version == 2 and latest.snapshot["w"].sum() == 2
     assert store.published_at(1) is not None and store.published_at(0) is None
     meta = torch.zeros(2, device="meta")
-    with pytest.raises(ValueError, match="CPU tensors only"):
+    with pytest.raises(HandoffError, match="CPU tensors only"):
         store.publish({"actor": {"w": meta}})
