@@ -2,7 +2,7 @@
 
 ``after_collect`` trains the dynamics ensemble every ``model.train_freq`` real
 transitions and then runs branched rollouts into the model buffer;
-``policy_batch`` mixes real and model transitions by ``real_ratio``. Every
+``policy_batches`` mixes real and model transitions by ``real_ratio``. Every
 budget is per real transition, so the paper's single-env constants keep their
 meaning at 4,096 envs: a vector step of N envs earns N / train_freq model
 trainings (at most one per vector step), N * rollouts_per_real branches and
@@ -21,7 +21,8 @@ from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
 from mbpo.buffers import (
-    ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_real,
+    ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_batches,
+    sample_real,
 )
 from mbpo.debug import check_indices, check_transitions
 from mbpo.config import ModelConfig
@@ -141,18 +142,24 @@ class ModelBased:
             self.buffer_ready = torch.cuda.Event()
             self.buffer_ready.record()
 
-    def policy_batch(self, real: ReplayBuffer, batch_size: int) -> TensorDict:
-        """``real_ratio`` of the batch from the real buffer, the rest from the model buffer."""
+    def policy_batches(self, real: ReplayBuffer, batch_size: int, count: int = 1) -> tuple[TensorDict, ...]:
+        """``count`` policy batches, each ``real_ratio`` real and the rest model data, from one draw per buffer.
+
+        On CPU batch ``i`` holds exactly the transitions the ``i``-th of ``count`` single-batch draws would
+        (each buffer has its own generator, consumed in order), so drawing ahead changes no result.
+        """
         with self.lock:
             if self.buffer_ready is not None:
                 torch.cuda.current_stream(self.device).wait_event(self.buffer_ready)
             if len(self.model_buffer) == 0:
-                return sample_real(real, batch_size, self.debug)
+                return sample_batches(real, batch_size, count, self.debug)
             n_real = int(round(batch_size * self.config.real_ratio))
-            model = self.model_buffer.sample(batch_size - n_real, self.batch_generator).select(*TRANSITION_KEYS)
+            model = self.model_buffer.sample(count * (batch_size - n_real), self.batch_generator)
+        model = model.select(*TRANSITION_KEYS).reshape(count, batch_size - n_real)
         if n_real == 0:
-            return model
-        return torch.cat((sample_real(real, n_real, self.debug).select(*TRANSITION_KEYS), model))
+            return model.unbind(0)
+        real_part = sample_real(real, count * n_real, self.debug).select(*TRANSITION_KEYS).reshape(count, n_real)
+        return torch.cat((real_part, model), 1).unbind(0)
 
     # -- reporting and state ----------------------------------------------------------
     def metrics(self, env_steps: int) -> dict[str, Any]:

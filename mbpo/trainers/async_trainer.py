@@ -32,7 +32,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS, sample_real
+from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS
 from mbpo.config import Config, to_yaml
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
@@ -242,11 +242,10 @@ class AsyncTrainer(Trainer):
     def _update(self, k: int) -> None:
         start = checked = time.perf_counter()
         debug = self.config.debug
-        for _ in range(k):
+        for batch in self.policy_batches(k):
             if time.perf_counter() - checked > SUPERVISE_EVERY_S:  # a long chunk still surfaces worker errors
                 self._supervise()
                 checked = time.perf_counter()
-            batch = self._policy_batch()
             if debug:
                 check_transitions(batch, "replay -> learner", self.plan.device, self.env.obs_dim,
                                   self.env.action_space)
@@ -256,12 +255,6 @@ class AsyncTrainer(Trainer):
         self.learner_busy_s += time.perf_counter() - start
         if self.updates_issued % self.config.runtime.publish_every == 0:
             self._publish()
-
-    def _policy_batch(self) -> Any:
-        batch_size = self.config.agent.batch_size
-        if self.model is not None:
-            return self.model.policy_batch(self.buffer, batch_size)
-        return sample_real(self.buffer, batch_size, self.config.debug)
 
     def _publish(self) -> None:
         snapshot = self.agent.snapshot()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state
+from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
 from mbpo.devices import DevicePlan
@@ -28,6 +29,7 @@ __all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "RESUMABLE_O
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
 EVAL_SEED_OFFSET = 1_000_003
 STREAMS = ("env", "eval_env", "actions", "replay", "agent", "model")
+DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
 
 
@@ -115,6 +117,18 @@ class Trainer:
         """The training env (the first collector's, for the async trainer)."""
         return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
                          seed=self.seeds["env"])
+
+    def policy_batches(self, count: int) -> Iterator[Any]:
+        """The next ``count`` policy batches (TensorDicts), drawn several at a time: MBPO's learner does
+        ``utd_ratio`` updates per transition and a draw's fixed cost would otherwise be paid per update."""
+        batch_size = self.config.agent.batch_size
+        per_draw = max(1, DRAW_ROWS // batch_size)
+        for start in range(0, count, per_draw):
+            n = min(per_draw, count - start)
+            if self.model is not None:
+                yield from self.model.policy_batches(self.buffer, batch_size, n)
+            else:
+                yield from sample_batches(self.buffer, batch_size, n, self.config.debug)
 
     def eval_seed(self) -> int:
         return self.config.seed + EVAL_SEED_OFFSET + self.env_steps

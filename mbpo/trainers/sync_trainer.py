@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import envs
-from mbpo.buffers import real_transitions, sample_real
+from mbpo.buffers import real_transitions
 from mbpo.config import Config, to_yaml
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
@@ -69,8 +69,8 @@ class SyncTrainer(Trainer):
                 if self.env_steps >= cfg.agent.learning_starts:
                     self.learning_env_steps += n
                     due = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
-                    for _ in range(due):
-                        self.agent.update(self._policy_batch())  # metrics: pop_metrics() at log time
+                    for batch in self.policy_batches(due):
+                        self.agent.update(batch)  # metrics: pop_metrics() at log time
                     self.updates_issued += due
                 evaluated = crossed(before, self.env_steps, cfg.eval_every)
                 if evaluated:
@@ -98,12 +98,6 @@ class SyncTrainer(Trainer):
             if own_logger:
                 logger.close()
         return row
-
-    def _policy_batch(self):  # noqa: ANN202 - a TensorDict
-        batch_size = self.config.agent.batch_size
-        if self.model is not None:
-            return self.model.policy_batch(self.buffer, batch_size)
-        return sample_real(self.buffer, batch_size, self.config.debug)
 
     def _collect_step(self) -> None:
         obs = self._obs

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 
 import envs
-from mbpo.buffers import MODEL_VERSION, ModelBuffer, make_replay_buffer, transitions
+from mbpo.buffers import MODEL_VERSION, ModelBuffer, make_replay_buffer, sample_real, transitions
 from mbpo.config import load_config
 from mbpo.metrics import read_metrics
 from mbpo.model_based import ModelBased
@@ -115,12 +115,12 @@ def test_policy_batches_mix_real_and_model_by_real_ratio() -> None:
     real = make_replay_buffer(100, "cpu", torch.Generator().manual_seed(0))
     real.extend(transitions(torch.zeros(50, 3), torch.zeros(50, 1), torch.zeros(50), torch.zeros(50, 3),
                             torch.zeros(50, dtype=torch.bool)))
-    assert (mb.policy_batch(real, 64)["obs"] == 0).all()  # no model data yet: all real
+    assert (mb.policy_batches(real, 64)[0]["obs"] == 0).all()  # no model data yet: all real
     model = transitions(torch.ones(50, 3), torch.ones(50, 1), torch.ones(50), torch.ones(50, 3),
                         torch.zeros(50, dtype=torch.bool))
     model[MODEL_VERSION] = torch.zeros(50, dtype=torch.int64)
     mb.model_buffer.add(model)
-    batch = mb.policy_batch(real, 64)
+    (batch,) = mb.policy_batches(real, 64)
     assert batch.shape == (64,) and int((batch["obs"][:, 0] == 0).sum()) == 16
 
 
@@ -186,3 +186,39 @@ def test_unknown_next_observations_never_become_model_targets(monkeypatch: pytes
     monkeypatch.setattr(model.ensemble, "fit", spy_fit)
     model.train(data, env_steps=4)
     assert torch.equal(fitted["obs"], obs[[0, 2, 3]])
+
+
+def test_drawing_policy_batches_ahead_gives_the_same_batches_as_one_at_a_time() -> None:
+    """The learner draws up to DRAW_ROWS transitions at once; on CPU that must not change any result."""
+    cfg = load_config(None, ["model.enabled=true", "model.real_ratio=0.5", "model.hidden_sizes=[8]",
+                             "model.weight_decay=[0,0]"]).model
+    env = envs.make("Pendulum-v1", 1)
+    g = torch.Generator().manual_seed(1)
+    for with_model in (False, True):
+        mb = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+        real = make_replay_buffer(100, "cpu", torch.Generator().manual_seed(0))
+        real.extend(transitions(torch.randn(80, 3, generator=g), torch.randn(80, 1, generator=g),
+                                torch.randn(80, generator=g), torch.randn(80, 3, generator=g),
+                                torch.zeros(80, dtype=torch.bool)))
+        if with_model:
+            model = transitions(torch.randn(90, 3, generator=g), torch.randn(90, 1, generator=g),
+                                torch.randn(90, generator=g), torch.randn(90, 3, generator=g),
+                                torch.rand(90, generator=g) < 0.1)
+            model[MODEL_VERSION] = torch.zeros(90, dtype=torch.int64)
+            mb.model_buffer.add(model)
+        states = real._rng.get_state(), mb.batch_generator.get_state()
+        keys = ("obs", "action", "reward", "next_obs", "terminated")
+        if with_model:  # the reference: 16 real then 16 model transitions per batch, one draw each
+            one_at_a_time = [torch.cat((sample_real(real, 16).select(*keys),
+                                        mb.model_buffer.sample(16, mb.batch_generator).select(*keys)))
+                             for _ in range(5)]
+        else:
+            one_at_a_time = [sample_real(real, 32) for _ in range(5)]
+        real._rng.set_state(states[0])
+        mb.batch_generator.set_state(states[1])
+        ahead = mb.policy_batches(real, 32, 5)
+        assert len(ahead) == 5
+        for a, b in zip(ahead, one_at_a_time):
+            assert a.shape == (32,)
+            for key in keys:
+                assert torch.equal(a[key], b[key]), (with_model, key)

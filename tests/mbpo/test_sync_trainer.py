@@ -140,3 +140,24 @@ def test_checkpoint_holds_only_filled_transitions(tmp_path: Path) -> None:
     trainer = SyncTrainer(tiny(tmp_path, "agent.buffer_size=1000000", "total_env_steps=50"), tmp_path)
     trainer.run()
     assert replay_state(trainer.buffer)["data"].shape == (50,)
+
+
+def test_drawing_batches_ahead_changes_no_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Policy batches drawn DRAW_ROWS at a time (here 2 or 1 batches per draw, 5 updates per vector step) give
+    the update count and the parameters of drawing one batch per update."""
+    import mbpo.trainers.base as base
+
+    results = []
+    for rows in (64, 32):  # batch_size 32: 2 batches per draw (chunks 2, 2, 1), then 1
+        monkeypatch.setattr(base, "DRAW_ROWS", rows)
+        trainer = SyncTrainer(tiny(tmp_path / str(rows), "agent.utd_ratio=2.5", "model.enabled=true",
+                                   "model.train_freq=100", "model.hidden_sizes=[16]", "model.weight_decay=[0,0]",
+                                   "model.max_epochs=2"),
+                              tmp_path / str(rows))
+        trainer.run()
+        assert trainer.agent.num_updates == (400 - 100 + 2) // 2 * 5  # from the step that reaches 100
+        assert len(trainer.model.model_buffer) > 0  # half the batches came from the model buffer
+        results.append(params(trainer))
+    assert results[0].keys() == results[1].keys()
+    for key in results[0]:
+        assert torch.equal(results[0][key], results[1][key]), key
