@@ -158,10 +158,12 @@ class AsyncTrainer(Trainer):
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
                         self._final_checkpoint(announce=signals.signum is not None or failing)
-                finished = signals.signum is None
-                if finished:  # the final policy, after the last updates
+                # The final policy (after the last updates) is evaluated when the cadence reaches the end,
+                # as the SyncTrainer does: an eval the cadence does not ask for is not free.
+                evaluated = signals.signum is None and crossed(self._periodic_steps, self.env_steps, cfg.eval_every)
+                if evaluated:
                     self._evaluate()
-                row = self._log(logger, evaluated=finished)
+                row = self._log(logger, evaluated=evaluated)
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum
         finally:
@@ -180,6 +182,7 @@ class AsyncTrainer(Trainer):
         self._t0 = self._t_row = time.perf_counter()
         self._wall_start = self.wall_s
         self._steps0, self._updates0 = self.env_steps, self.agent.num_updates
+        self._periodic_steps = self.env_steps  # env steps the eval/log/checkpoint cadence has been checked up to
         self._busy_row = 0.0
         self._started = True
         self.pool.start()
@@ -268,6 +271,7 @@ class AsyncTrainer(Trainer):
         cfg, logger = self.config, self._logger
         if self.env_steps >= cfg.total_env_steps:
             return
+        self._periodic_steps = self.env_steps
         evaluated = crossed(before, self.env_steps, cfg.eval_every)
         if evaluated:
             self._evaluate()

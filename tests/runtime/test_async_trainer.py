@@ -206,3 +206,15 @@ def test_an_async_run_resumes_from_its_checkpoint(tiny_config: Callable[..., Con
     row = resumed.run()
     assert row["env_steps"] == 512 and len(resumed.buffer) == 512
     assert resumed.updates_issued == 2 * (512 - 63)  # the ratio carries on across the resume
+
+
+@pytest.mark.parametrize("eval_every", [128, 10_000])
+def test_async_evaluates_on_the_sync_trainers_cadence(tiny_config: Callable[..., Config], thread_baseline: int,
+                                                      eval_every: int) -> None:
+    """Evaluations at every multiple of eval_every, the last one after the final updates, and no other."""
+    from mbpo.metrics import read_metrics
+
+    cfg = tiny_config(f"eval_every={eval_every}", "runtime.num_collectors=1")
+    AsyncTrainer(cfg, cfg.run_dir).run()
+    evals = [int(r["env_steps"]) for r in read_metrics(f"{cfg.run_dir}/metrics.csv") if r["eval_return"]]
+    assert evals == ([128, 256, 384] if eval_every == 128 else [])
