@@ -296,3 +296,26 @@ def test_bf16_trains_and_samples() -> None:
     assert metrics["holdout_loss"] < 0.1 * (next_obs - obs).var(0).mean()
     next_pred, reward_pred, _ = ens.sample(obs, action, torch.Generator().manual_seed(0))
     assert next_pred.dtype == torch.float32 and torch.isfinite(next_pred).all() and torch.isfinite(reward_pred).all()
+
+
+@pytest.mark.skipif(not bf16_autocast_supported("cpu"), reason="no native bf16 on this CPU")
+def test_bf16_predictions_and_gradients_are_close_to_fp32() -> None:
+    """Same weights: bf16 means/variances and the fp32 master gradients match fp32 to bf16 accuracy."""
+    cfg = small_config(hidden_sizes=[64, 64, 64], weight_decay=[1e-5, 2e-5, 2e-5, 3e-5])
+    fp32 = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=3)
+    bf16 = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=3, precision="bf16")
+    obs, action, reward, next_obs, _ = linear_system(256)
+    for ens in (fp32, bf16):
+        ens.normalizer.fit(ens._inputs(obs, action))
+    p32, p16 = fp32.predict(obs, action), bf16.predict(obs, action)
+    scale = p32.mean.abs().max()
+    assert (p16.mean - p32.mean).abs().max() < 0.02 * scale
+    assert torch.allclose(p16.var, p32.var, rtol=0.01)
+    grads = []
+    for ens in (fp32, bf16):
+        ens.zero_grad(set_to_none=True)
+        ens.loss(obs, action, reward, next_obs).backward()
+        grads.append([p.grad for p in ens._params()])
+    for g32, g16 in zip(*grads):
+        assert g16.dtype == torch.float32
+        assert (g16 - g32).norm() < 0.02 * g32.norm()
