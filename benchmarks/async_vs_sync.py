@@ -3,7 +3,8 @@
 Three comparisons, each against its peer from the same run:
 
 * ``equal_work``: ``configs/pendulum_mbpo.yaml`` for ``--steps`` env steps, same seed, same update
-  count, sync then async: ``async_over_sync`` wall-clock (target <= 0.7 on this 2-core CPU).
+  count, sync then async, ``--repeats`` pairs: ``async_over_sync`` wall-clock, the median of the pairs'
+  ratios (target <= 0.7 on this 2-core CPU; single runs of the same pair vary by 10-15% here).
 * ``slow_env``: every env step takes 5 ms (a slow simulator, envs.faults ``slow``); ``--slow-utd``
   updates per step. Async wall-clock against max(collection alone, learning alone):
   collection alone = the same steps through the slow env acting with the CPU policy and no learner;
@@ -13,7 +14,7 @@ Three comparisons, each against its peer from the same run:
   first evaluation every 200 steps after which the mean return stays >= -200) for sync and async MBPO,
   2,000-step budget. Target: async median within 25% of sync's.
 
-    python benchmarks/async_vs_sync.py [--steps 1000] [--seeds 0 1 2] [--only equal_work slow_env threshold]
+    python benchmarks/async_vs_sync.py [--steps 1000] [--repeats 3] [--seeds 0 1 2] [--only equal_work slow_env threshold]
 """
 
 from __future__ import annotations
@@ -61,13 +62,18 @@ def train(trainer: str, overrides: list[str], env_factory: Any = None) -> dict[s
             "learner_busy": row.get("learner_busy"), "model_busy": row.get("model_busy"), "evals": evals}
 
 
-def equal_work(steps: int) -> dict[str, Any]:
+def equal_work(steps: int, repeats: int) -> dict[str, Any]:
+    """Sync then async, ``repeats`` times (interleaved, so machine noise hits both alike); the ratio is the
+    median of the per-pair ratios."""
     common = [f"total_env_steps={steps}", f"eval_every={10 * steps}", f"checkpoint.every={steps}"]
-    sync, async_ = train("sync", common), train("async", common)
-    for r in (sync, async_):
-        r.pop("evals")
-    return {"env_steps": steps, "sync": sync, "async": async_,
-            "async_over_sync": round(async_["wall_s"] / sync["wall_s"], 3)}
+    pairs = []
+    for _ in range(repeats):
+        sync, async_ = train("sync", common), train("async", common)
+        for r in (sync, async_):
+            r.pop("evals")
+        pairs.append({"sync": sync, "async": async_, "async_over_sync": round(async_["wall_s"] / sync["wall_s"], 3)})
+    return {"env_steps": steps, "pairs": pairs,
+            "async_over_sync": round(statistics.median(p["async_over_sync"] for p in pairs), 3)}
 
 
 def collection_alone(steps: int, seed: int = 0) -> float:
@@ -124,6 +130,7 @@ def threshold(seeds: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1000, help="env steps of equal_work and slow_env")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved sync/async pairs of equal_work")
     parser.add_argument("--slow-utd", type=float, default=1.0, help="utd_ratio of the slow_env comparison")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", choices=["equal_work", "slow_env", "threshold"],
@@ -134,7 +141,7 @@ def main() -> None:
     result: dict[str, Any] = {"benchmark": "async_vs_sync", "env": "Pendulum-v1", "config": CONFIG,
                               "cpu_threads": torch.get_num_threads()}
     if "equal_work" in args.only:
-        result["equal_work"] = equal_work(args.steps)
+        result["equal_work"] = equal_work(args.steps, args.repeats)
     if "slow_env" in args.only:
         result["slow_env"] = slow_env(args.steps, args.slow_utd)
     if "threshold" in args.only:
