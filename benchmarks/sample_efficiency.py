@@ -4,7 +4,7 @@
 
 One invocation, same seeds, four learners:
 
-* ``mbpo``: configs/pendulum_mbpo.yaml (20 updates per real transition, 95% model data);
+* ``mbpo``: configs/pendulum_mbpo.yaml (20 updates per real transition, half of each batch model data);
 * ``sac_same_ratio``: the same config with model.enabled=false (20 updates, real data only):
   isolates what the model adds from what the extra updates add;
 * ``sac_utd1``: the same with model.enabled=false agent.utd_ratio=1;
