@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
