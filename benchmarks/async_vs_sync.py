@@ -109,9 +109,10 @@ def slow_env(steps: int, utd: float) -> dict[str, Any]:
 
 
 def threshold(seeds: list[int]) -> dict[str, Any]:
-    from sample_efficiency import steps_to_threshold
+    from sample_efficiency import EVAL_EPISODES, EVAL_EVERY, steps_to_threshold
 
-    common = ["total_env_steps=2000", "eval_every=200", "eval_episodes=10", "checkpoint.every=2000"]
+    common = ["total_env_steps=2000", f"eval_every={EVAL_EVERY}", f"eval_episodes={EVAL_EPISODES}",
+              "checkpoint.every=2000"]
     out: dict[str, Any] = {}
     for trainer in ("sync", "async"):
         runs = [train(trainer, [*common, f"seed={s}"]) for s in seeds]
