@@ -11,8 +11,8 @@ Three comparisons, each against its peer from the same run:
   learning alone = the sync trainer on the fast env (env time is negligible there).
   Target: ``async_over_bound`` <= 1.2.
 * ``threshold`` (``--seeds``): env steps to threshold (as benchmarks/sample_efficiency.py defines it:
-  first evaluation every 200 steps after which the mean return stays >= -200) for sync and async MBPO,
-  2,000-step budget. Target: async median within 25% of sync's.
+  first evaluation, every 200 steps on 50 episodes, after which the mean return stays >= -200) for
+  sync and async MBPO, 2,000-step budget. Target: async median within 25% of sync's.
 
     python benchmarks/async_vs_sync.py [--steps 1000] [--repeats 3] [--seeds 0 1 2] [--only equal_work slow_env threshold]
 """
