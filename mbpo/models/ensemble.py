@@ -37,7 +37,9 @@ __all__ = ["DynamicsEnsemble", "Prediction", "select_elites", "IMPROVEMENT_THRES
 
 IMPROVEMENT_THRESHOLD = 0.01
 """A member improves when its holdout MSE drops by more than this fraction of its best (MBPO's 1%)."""
-_CPU_ROW_BLOCK = 512  # rows per member per no-grad forward on CPU (see _raw_rows)
+_CPU_ROW_BLOCK = {"fp32": 512, "bf16": 1024}
+"""Rows per member per no-grad forward on CPU (the same bytes of activations; measured with
+benchmarks/ensemble_throughput.py). One pass on CUDA."""
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"swish": nn.SiLU, "relu": nn.ReLU}
 _STATE_KEYS = ("model", "optimizer", "elites", "version", "generator")
 
@@ -194,20 +196,25 @@ class DynamicsEnsemble(nn.Module):
         logvar = min_lv + F.softplus(logvar - min_lv)
         return out[..., :d], logvar, (out[..., 2 * d] if self.learn_termination else None)
 
+    def _inference_params(self, members: torch.Tensor | None = None) -> tuple[list[torch.Tensor], int]:
+        """:meth:`_params` for a no-grad pass over many rows (bf16 weights cast once, not once per
+        block) and the rows per member per block (see ``_CPU_ROW_BLOCK``; 0 = one pass)."""
+        params = self._params(members)
+        if self.precision == "bf16":
+            params = [p.to(torch.bfloat16) for p in params[:-2]] + params[-2:]
+        return params, (_CPU_ROW_BLOCK[self.precision] if self.device.type == "cpu" else 0)
+
     @torch.no_grad()
     def _raw_rows(
         self, x: torch.Tensor, members: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """:meth:`_raw` without grad for many rows: on CPU in blocks of ``_CPU_ROW_BLOCK`` rows per member.
+        """:meth:`_raw` without grad for many rows, in blocks on CPU.
 
         Same FLOPs as one pass, but the activations stay in cache instead of
-        page-faulting fresh 80 MB buffers (2x faster for 100k rows). One pass on CUDA.
+        page-faulting fresh 80 MB buffers (2x faster for 100k rows).
         """
-        params = self._params(members)
-        if self.precision == "bf16":  # cast the weights once, not once per block
-            params = [p.to(torch.bfloat16) for p in params[:-2]] + params[-2:]
-        block = _CPU_ROW_BLOCK if self.device.type == "cpu" else x.shape[-2]
-        if x.shape[-2] <= block:
+        params, block = self._inference_params(members)
+        if not block or x.shape[-2] <= block:
             return self._raw(x, params)
         parts = [self._raw(x[..., s : s + block, :], params) for s in range(0, x.shape[-2], block)]
         mean, logvar, logit = zip(*parts)
@@ -368,34 +375,43 @@ class DynamicsEnsemble(nn.Module):
     def sample(
         self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One model step for ``B`` start states, each through a uniformly random elite, in ONE forward.
+        """One model step for ``B`` start states, each through a uniformly random elite, in one batched forward.
 
         The batch is randomly permuted and dealt round-robin to the ``E`` elites
         (``[E, ceil(B/E), in]``, chunk sizes differ by at most one); only the
-        elites' weights run. Returns ``next_obs (B, obs_dim)``, ``reward (B,)``
-        and the termination logit ``(B,)`` (None without a head), with Gaussian
-        noise from ``generator``.
+        elites' weights run (in row blocks on CPU, see ``_CPU_ROW_BLOCK``). Returns
+        ``next_obs (B, obs_dim)``, ``reward (B,)`` and the termination logit ``(B,)``
+        (None without a head), with Gaussian noise from ``generator``.
         """
         if generator.device != self.device:
             raise ValueError(f"sample() got a generator on {generator.device}; expected one on {self.device}")
-        b, e = obs.shape[0], self.num_elites
+        b, e, d = obs.shape[0], self.num_elites, self.target_dim
         x = self.normalizer.normalize(self._inputs(obs, action))
         rows = -(-b // e)
+        pad = rows * e - b  # slots past the last row: they compute row 0 again and are dropped
         perm = torch.randperm(b, generator=generator, device=self.device)
-        xp = torch.cat((x[perm], x.new_zeros(rows * e - b, self.in_dim)))
-        xp = xp.view(rows, e, self.in_dim).transpose(0, 1)  # elite j gets permuted rows j, j + E, j + 2E, ...
-        mean, logvar, logit = self._raw_rows(xp, self._elite_idx)
-
-        def flat(t: torch.Tensor) -> torch.Tensor:  # [E, rows, ...] -> permuted order (b, ...)
-            return t.transpose(0, 1).reshape(rows * e, *t.shape[2:])[:b]
-
-        eps = torch.randn((b, self.target_dim), generator=generator, device=self.device)
-        draw = torch.empty_like(eps)
-        draw[perm] = flat(mean) + (0.5 * flat(logvar)).exp() * eps
-        out_logit = None
-        if logit is not None:
-            out_logit = torch.empty_like(draw[:, 0])
-            out_logit[perm] = flat(logit)
+        eps = torch.randn((b, d), generator=generator, device=self.device)
+        # Elite j gets permuted rows j, j + E, j + 2E, ...: gathered straight into an [E, rows] layout, so
+        # each block is contiguous and the Gaussian draw happens while the block's outputs are in cache.
+        deal = torch.cat((perm, perm.new_zeros(pad))).view(rows, e).t().reshape(-1)
+        xp = x.index_select(0, deal).view(e, rows, self.in_dim)
+        eps = torch.cat((eps, eps.new_zeros(pad, d))).view(rows, e, d).transpose(0, 1)
+        draw = torch.empty(e, rows, d, device=self.device)
+        logit = torch.empty(e, rows, device=self.device) if self.learn_termination else None
+        params, block = self._inference_params(self._elite_idx)
+        step = max(block or rows, 1)
+        for s in range(0, rows, step):
+            at = slice(s, s + step)
+            mean, logvar, block_logit = self._raw(xp[:, at], params)
+            torch.add(mean, (0.5 * logvar).exp() * eps[:, at], out=draw[:, at])  # not addcmul: same rounding as ever
+            if logit is not None:
+                logit[:, at] = block_logit
+        # Back to input order: row i was dealt to permuted position k = inv[i], i.e. elite k % E, slot k // E.
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(b, device=self.device)
+        at = inv % e * rows + inv // e
+        draw = draw.view(-1, d).index_select(0, at)
+        out_logit = None if logit is None else logit.view(-1).index_select(0, at)
         return obs + draw[:, :-1].to(obs.dtype), draw[:, -1], out_logit
 
     # --- state ----------------------------------------------------------------------------------

@@ -194,6 +194,28 @@ def test_sample_uses_elites_equally_and_never_a_non_elite() -> None:
     assert (r1.round() != r2.round()).float().mean() > 0.4
 
 
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not bf16_autocast_supported("cpu"), reason="no native bf16 on this CPU"))])
+def test_sample_returns_each_start_states_own_prediction(precision: str) -> None:
+    """Rows are dealt to elites, run in blocks and put back: row i must get row i's prediction from one elite."""
+    ens = DynamicsEnsemble(small_config(ensemble_size=6, num_elites=3), OBS, BOX, "cpu", seed=4, precision=precision)
+    ens.set_elites([0.5, 0.1, 0.9, 0.3, 0.2, 0.8])
+    with torch.no_grad():  # near-zero noise: the draw is the chosen elite's mean
+        ens.max_logvar.fill_(-40.0)
+        ens.min_logvar.fill_(-50.0)
+    g = torch.Generator().manual_seed(0)
+    b = 5001  # 1,667 rows per elite: several CPU blocks and a ragged last one
+    obs, action = torch.randn(b, OBS, generator=g) * 2, torch.rand(b, ACT, generator=g) * 2 - 1
+    next_obs, reward, _ = ens.sample(obs, action, torch.Generator().manual_seed(1))
+    drawn = torch.cat((next_obs - obs, reward.unsqueeze(-1)), -1)  # (b, obs_dim + 1)
+    means = ens.predict(obs, action).mean[ens.elites]  # (elites, b, obs_dim + 1)
+    error = (means - drawn).abs().amax(-1)  # each row against each elite's prediction for that row
+    assert error.min(0).values.max() < 1e-5
+    chosen = error.argmin(0)
+    assert torch.bincount(chosen, minlength=3).tolist() == [1667, 1667, 1667]
+    assert (means.std(0).amax(-1) > 1e-2).float().mean() > 0.99  # the elites disagree, so the match is informative
+
 def test_logvar_stays_within_learned_bounds() -> None:
     ens = DynamicsEnsemble(small_config(max_epochs=3), OBS, BOX, "cpu")
     ens.fit(*linear_system(500))
