@@ -131,6 +131,9 @@ class ModelConfig:
     """Early stopping: epochs without a 1% holdout improvement of any member before training stops."""
     max_epochs: int = 0
     """Cap on training epochs per model training; 0 = until early stopping."""
+    max_grad_steps: int = 0
+    """Cap on ensemble gradient steps per model training (the last epoch stops part-way); 0 = no cap.
+    Without it a training costs epochs x real transitions / batch_size, so it grows with the run."""
     train_freq: int = 250
     """model_train_freq: real transitions between model trainings (summed over num_envs)."""
     rollouts_per_real: float = 400.0
@@ -267,6 +270,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.max_holdout": (1, None, True),
     "model.patience": (1, None, True),
     "model.max_epochs": (0, None, True),
+    "model.max_grad_steps": (0, None, True),
     "model.train_freq": (1, None, True),
     "model.rollouts_per_real": (0, None, True),
     "model.epoch_length": (1, None, True),

@@ -167,6 +167,7 @@ class ModelBased:
         return {
             "model_version": self.ensemble.version,
             "model_holdout_loss": fit.get("holdout_loss"),
+            "model_grad_steps": fit.get("grad_steps"),
             "model_elites": " ".join(str(int(e)) for e in fit.get("elites", [])) or None,
             "rollout_length": self.rollout_len,
             "model_buffer_size": len(self.model_buffer),

@@ -288,8 +288,9 @@ class DynamicsEnsemble(nn.Module):
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
         terminated: torch.Tensor | None = None, should_stop: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Train on ``N`` real transitions until early stopping (or ``should_stop()``, checked every epoch),
-        keep each member's best epoch, pick elites. Host syncs: one per epoch plus a few per call."""
+        """Train on ``N`` real transitions until early stopping, ``max_epochs``, ``max_grad_steps`` or
+        ``should_stop()`` (checked every epoch), keep each member's best epoch, pick elites.
+        Host syncs: one per epoch plus a few per call."""
         c, m = self.config, self.ensemble_size
         x, target, term = self._fit_data(obs, action, reward, next_obs, terminated)
         n = x.shape[0]
@@ -302,13 +303,15 @@ class DynamicsEnsemble(nn.Module):
 
         best_params = [p.detach().clone() for p in self.parameters()]
         best = self._mse(x_hold, t_hold).tolist()  # so a member is never left worse than before this fit
-        epochs = since_improved = 0
+        epochs = since_improved = steps = 0
+        steps_left = c.max_grad_steps or math.inf
         train_loss = float("nan")
         self.train()
         stop = should_stop or (lambda: False)
-        while (c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and not stop():
-            epoch_loss = self.train_epoch(*train_set, boot)
-            epochs += 1
+        while ((c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and steps_left > 0
+               and not stop()):
+            epoch_loss, epoch_steps = self.train_epoch(*train_set, boot, max_steps=steps_left)
+            epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
             *mse, train_loss = torch.cat((self._mse(x_hold, t_hold), epoch_loss.reshape(1))).tolist()
             since_improved = 0 if self._keep_improved(mse, best, best_params) else since_improved + 1
         with torch.no_grad():
@@ -319,7 +322,7 @@ class DynamicsEnsemble(nn.Module):
         self.version += 1
         return {
             "holdout_mse": best, "holdout_loss": sum(best[i] for i in elites) / len(elites),
-            "train_loss": train_loss, "epochs": epochs, "elites": list(elites),
+            "train_loss": train_loss, "epochs": epochs, "grad_steps": steps, "elites": list(elites),
             "num_train": n - n_hold, "num_holdout": n_hold, "version": self.version,
         }  # fmt: skip
 
@@ -346,17 +349,21 @@ class DynamicsEnsemble(nn.Module):
         return self.normalizer.normalize(inputs), target, terminated
 
     def train_epoch(
-        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, boot: torch.Tensor
-    ) -> torch.Tensor:
+        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, boot: torch.Tensor,
+        max_steps: float = math.inf,
+    ) -> tuple[torch.Tensor, int]:  # fmt: skip
         """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
-        per step (``[M, b, ...]`` batches). Returns the mean step loss, on device (no sync)."""
+        per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps. Returns the mean step loss, on
+        device (no sync), and the steps taken."""
         m, n = boot.shape
+        bs = self.config.batch_size
         order = boot.gather(1, torch.rand(m, n, generator=self.generator, device=self.device).argsort(1))
+        steps = int(min(math.ceil(n / bs), max_steps))
         total = torch.zeros((), device=self.device)
-        for s in range(0, n, self.config.batch_size):
-            idx = order[:, s : s + self.config.batch_size]
+        for s in range(0, steps * bs, bs):
+            idx = order[:, s : s + bs]
             total += self.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx])
-        return total / math.ceil(n / self.config.batch_size)
+        return total / max(steps, 1), steps
 
     @torch.no_grad()
     def _keep_improved(self, mse: list[float], best: list[float], best_params: list[torch.Tensor]) -> bool:

@@ -285,6 +285,18 @@ def test_early_stopping_stops_and_keeps_best_weights() -> None:
         assert torch.equal(p, q)
 
 
+
+def test_max_grad_steps_caps_a_training_part_way_through_an_epoch() -> None:
+    data = linear_system(500)  # 100 held out, 400 to train on: 7 steps of 64 per epoch
+    capped = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=10), OBS, BOX, "cpu")
+    metrics = capped.fit(*data)
+    assert (metrics["epochs"], metrics["grad_steps"]) == (2, 10)
+    assert all(int(state["step"]) == 10 for state in capped.optimizer.state.values())
+    # Before the cap binds, nothing changes: a cap of one epoch is exactly max_epochs=1.
+    one_epoch = DynamicsEnsemble(small_config(max_epochs=1), OBS, BOX, "cpu").fit(*data)
+    cap_of_seven = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=7), OBS, BOX, "cpu")
+    assert cap_of_seven.fit(*data) == one_epoch and one_epoch["grad_steps"] == 7
+
 def test_normalizer() -> None:
     norm = Normalizer(3)
     x = torch.tensor([[1.0, 5.0, 2.0], [3.0, 5.0, 4.0]])
