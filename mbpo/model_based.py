@@ -87,10 +87,11 @@ class ModelBased:
     def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None) -> None:
         """Fit the ensemble on the real ``data`` (``env_steps`` real transitions collected so far)."""
         c = self.config
-        if NEXT_OBS_VALID in data.keys():  # never a model target: a next obs the env did not give us
-            data = data[data[NEXT_OBS_VALID]]
+        # A next obs the env did not give us (an auto-reset that lost it) is never a model target; its
+        # reward and termination are, so the row still trains those heads.
+        valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else None
         self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED],
-                                          should_stop=should_stop)
+                                          should_stop=should_stop, next_obs_valid=valid)
         self.trainings += 1
         self.rollout_len = rollout_length(c.rollout_schedule, env_steps / c.epoch_length)
 

@@ -235,10 +235,13 @@ class DynamicsEnsemble(nn.Module):
         """MBPO's per-layer L2: ``sum_i weight_decay[i] * ||W_i||^2 / 2`` over all members' weights."""
         return _WeightDecay.apply(tuple(self.config.weight_decay), *(layer.weight for layer in self.net.layers))
 
-    def _loss(self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None) -> torch.Tensor:
-        """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members."""
+    def _loss(
+        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members. ``weight``
+        (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest."""
         mean, logvar, logit = self._raw(x, self._params())
-        nll = ((mean - target).square() * torch.exp(-logvar) + logvar).mean((1, 2))  # [M]
+        nll = _mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
         bounds = self.config.logvar_bound_penalty * (self.max_logvar.sum() - self.min_logvar.sum())
         loss = nll.sum() + bounds + self.weight_decay_loss()
         if logit is not None:
@@ -260,18 +263,21 @@ class DynamicsEnsemble(nn.Module):
             terminated = None if terminated is None else terminated.unsqueeze(0).expand(self.ensemble_size, -1)
         return self._loss(x, target, terminated)
 
-    def train_step(self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None) -> torch.Tensor:
+    def train_step(
+        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
         """One Adam step on normalised per-member batches ``[M, b, ...]``; returns the detached loss (no sync)."""
-        loss = self._loss(x, target, terminated)
+        loss = self._loss(x, target, terminated, weight)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         return loss.detach()
 
     @torch.no_grad()
-    def _mse(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion)."""
-        return (self._raw_rows(x)[0] - target).square().mean((1, 2))
+    def _mse(self, x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion);
+        ``weight`` ``(N, D)`` as in :meth:`_loss`."""
+        return _mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser."""
@@ -287,22 +293,28 @@ class DynamicsEnsemble(nn.Module):
     def fit(
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
         terminated: torch.Tensor | None = None, should_stop: Callable[[], bool] | None = None,
+        next_obs_valid: torch.Tensor | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Train on ``N`` real transitions until early stopping, ``max_epochs``, ``max_grad_steps`` or
         ``should_stop()`` (checked every epoch), keep each member's best epoch, pick elites.
+
+        ``next_obs_valid`` (bool ``(N,)``, default all True): False where the env did not give the
+        true next observation (an auto-reset that lost it; ``next_obs`` is then a placeholder). Such
+        rows still train reward and termination, which are known, but not the next-state head.
         Host syncs: one per epoch plus a few per call."""
         c, m = self.config, self.ensemble_size
-        x, target, term = self._fit_data(obs, action, reward, next_obs, terminated)
+        x, target, term, weight = self._fit_data(obs, action, reward, next_obs, terminated, next_obs_valid)
         n = x.shape[0]
         n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
         perm = torch.randperm(n, generator=self.generator, device=self.device)
         hold, train = perm[:n_hold], perm[n_hold:]
-        x_hold, t_hold = x[hold], target[hold]
+        x_hold, t_hold, w_hold = x[hold], target[hold], (None if weight is None else weight[hold])
         train_set = (x[train], target[train], None if term is None else term[train])
+        w_train = None if weight is None else weight[train]
         boot = torch.randint(n - n_hold, (m, n - n_hold), generator=self.generator, device=self.device)
 
         best_params = [p.detach().clone() for p in self.parameters()]
-        best = self._mse(x_hold, t_hold).tolist()  # so a member is never left worse than before this fit
+        best = self._mse(x_hold, t_hold, w_hold).tolist()  # so a member is never left worse than before this fit
         epochs = since_improved = steps = 0
         steps_left = c.max_grad_steps or math.inf
         train_loss = float("nan")
@@ -310,9 +322,9 @@ class DynamicsEnsemble(nn.Module):
         stop = should_stop or (lambda: False)
         while ((c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and steps_left > 0
                and not stop()):
-            epoch_loss, epoch_steps = self.train_epoch(*train_set, boot, max_steps=steps_left)
+            epoch_loss, epoch_steps = self.train_epoch(*train_set, boot, max_steps=steps_left, weight=w_train)
             epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
-            *mse, train_loss = torch.cat((self._mse(x_hold, t_hold), epoch_loss.reshape(1))).tolist()
+            *mse, train_loss = torch.cat((self._mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
             since_improved = 0 if self._keep_improved(mse, best, best_params) else since_improved + 1
         with torch.no_grad():
             for p, b in zip(self.parameters(), best_params):
@@ -329,13 +341,25 @@ class DynamicsEnsemble(nn.Module):
     @torch.no_grad()
     def _fit_data(
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-        terminated: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
-        """Checked real data -> normalised inputs (normaliser refitted on them), targets, float terminated."""
+        terminated: torch.Tensor | None, next_obs_valid: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
+        """Checked real data -> normalised inputs (normaliser refitted on them), targets, float terminated,
+        and the target weights (None when every next obs is known)."""
         n = obs.shape[0]
         if obs.dim() != 2 or n < 2:
             raise ValueError(f"fit() wants (N >= 2, {self.obs_dim}) obs, got shape {tuple(obs.shape)}")
         inputs, target = self._inputs(obs, action), self._targets(obs, reward, next_obs)
+        weight = None
+        if next_obs_valid is not None:
+            self._check(next_obs_valid=next_obs_valid)
+            if next_obs_valid.shape != (n,) or next_obs_valid.dtype != torch.bool:
+                raise ValueError(f"next_obs_valid is {next_obs_valid.dtype} {tuple(next_obs_valid.shape)}; "
+                                 f"expected torch.bool ({n},)")
+            if not bool(next_obs_valid.all()):
+                known = next_obs_valid.unsqueeze(-1)
+                target[:, :-1] = torch.where(known, target[:, :-1], 0.0)  # a placeholder need not even be finite
+                weight = torch.ones_like(target)
+                weight[:, :-1] = known
         if terminated is not None:
             self._check(terminated=terminated)
             if terminated.shape != (n,):
@@ -346,15 +370,15 @@ class DynamicsEnsemble(nn.Module):
         if not bool(torch.isfinite(inputs).all() & torch.isfinite(target).all()):
             raise ValueError("fit() got non-finite obs, action, reward or next_obs; real data must be finite")
         self.normalizer.fit(inputs)
-        return self.normalizer.normalize(inputs), target, terminated
+        return self.normalizer.normalize(inputs), target, terminated, weight
 
     def train_epoch(
         self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, boot: torch.Tensor,
-        max_steps: float = math.inf,
+        max_steps: float = math.inf, weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, int]:  # fmt: skip
         """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
-        per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps. Returns the mean step loss, on
-        device (no sync), and the steps taken."""
+        per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps; ``weight`` ``(N, D)`` as in
+        :meth:`_loss`. Returns the mean step loss, on device (no sync), and the steps taken."""
         m, n = boot.shape
         bs = self.config.batch_size
         order = boot.gather(1, torch.rand(m, n, generator=self.generator, device=self.device).argsort(1))
@@ -362,7 +386,8 @@ class DynamicsEnsemble(nn.Module):
         total = torch.zeros((), device=self.device)
         for s in range(0, steps * bs, bs):
             idx = order[:, s : s + bs]
-            total += self.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx])
+            total += self.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx],
+                                     None if weight is None else _rows(weight, idx))
         return total / max(steps, 1), steps
 
     @torch.no_grad()
@@ -467,6 +492,15 @@ class _WeightDecay(torch.autograd.Function):
 def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``t[idx]`` for ``(N, D)`` rows and ``[M, b]`` indices as one ``index_select`` (3x faster on CPU)."""
     return t.index_select(0, idx.reshape(-1)).view(*idx.shape, t.shape[-1])
+
+
+def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
+    0 or 1), the mean over the weighted entries only."""
+    if weight is None:
+        return err.mean((1, 2))
+    weight = weight.expand_as(err)
+    return (err * weight).sum((1, 2)) / weight.sum((1, 2))
 
 
 def _improved(current: float, best: float) -> bool:

@@ -244,10 +244,11 @@ def test_mjlab_groups_and_make_errors(cartpole_auto: VecEnv) -> None:
 
 
 @MJLAB_TIMEOUT
-def test_mjlab_time_outs_without_a_final_obs_never_become_model_targets(
+def test_mjlab_time_outs_without_a_final_obs_never_become_next_state_targets(
     cartpole_auto: VecEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The trainers' own path: real_transitions marks them, ModelBased.train leaves them out of the fit."""
+    """The trainers' own path: real_transitions marks them, ModelBased.train hands the fit that mask (the
+    rows still train reward and termination; the ensemble's own test covers the masked fit)."""
     from mbpo.buffers import NEXT_OBS_VALID, real_transitions
     from mbpo.config import load_config
     from mbpo.model_based import ModelBased
@@ -266,11 +267,11 @@ def test_mjlab_time_outs_without_a_final_obs_never_become_model_targets(
                        env.action_space, torch.device("cpu"), seed=0)
     fitted: dict[str, torch.Tensor] = {}
 
-    def spy_fit(obs: torch.Tensor, *args: object, **kwargs: object) -> dict:
-        fitted["obs"] = obs
+    def spy_fit(obs: torch.Tensor, *args: object, next_obs_valid: torch.Tensor, **kwargs: object) -> dict:
+        fitted["obs"], fitted["next_obs_valid"] = obs, next_obs_valid
         return {}
 
     monkeypatch.setattr(model.ensemble, "fit", spy_fit)
     model.train(data, env_steps=data.shape[0])
-    assert fitted["obs"].shape[0] == data.shape[0] - env.num_envs
-    assert torch.equal(fitted["obs"], data["obs"][~timed_out])
+    assert torch.equal(fitted["obs"], data["obs"])
+    assert torch.equal(fitted["next_obs_valid"], ~timed_out)

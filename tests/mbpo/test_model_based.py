@@ -162,9 +162,9 @@ def test_tiny_mbpo_run_measurably_improves_point_mass(tmp_path: Path) -> None:
     assert trainer.model is not None and trainer.model.termination is None  # learned termination head in use
 
 
-def test_unknown_next_observations_never_become_model_targets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An env that auto-resets without the true final obs marks those transitions; the learner keeps
-    them (real_transitions stores them) but the ensemble is never fitted on them."""
+def test_unknown_next_observations_are_passed_to_the_fit_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env that auto-resets without the true final obs marks those transitions; the ensemble gets
+    every row (their reward and termination are real) with the mask, so no placeholder is a target."""
     from mbpo.buffers import NEXT_OBS_VALID, real_transitions
 
     cfg = load_config(None, ["model.enabled=true"]).model
@@ -177,15 +177,16 @@ def test_unknown_next_observations_never_become_model_targets(monkeypatch: pytes
                             done, info)
     assert data[NEXT_OBS_VALID].tolist() == [True, False, True, True]
     assert data["next_obs"][2].tolist() == [7.0, 7.0, 7.0]  # a known final obs is the target
-    fitted: dict[str, torch.Tensor] = {}
+    fitted: dict[str, object] = {}
 
     def spy_fit(obs: torch.Tensor, *args: object, **kw: object) -> dict[str, object]:
-        fitted["obs"] = obs
+        fitted.update(obs=obs, **kw)
         return {}
 
     monkeypatch.setattr(model.ensemble, "fit", spy_fit)
     model.train(data, env_steps=4)
-    assert torch.equal(fitted["obs"], obs[[0, 2, 3]])
+    assert torch.equal(fitted["obs"], obs)
+    assert fitted["next_obs_valid"].tolist() == [True, False, True, True]
 
 
 def test_drawing_policy_batches_ahead_gives_the_same_batches_as_one_at_a_time() -> None:

@@ -247,6 +247,36 @@ def test_learned_termination_head() -> None:
         ens.fit(obs, action, torch.zeros(3000), obs)
 
 
+def test_rows_without_a_true_next_obs_train_reward_and_termination_but_not_the_next_state() -> None:
+    """The rsl_rl adapter's case: an env that auto-resets without the final obs loses the next obs of
+    every finished episode. Those rows hold the terminations (and, in locomotion, the fall penalties),
+    so they must still train the reward and termination heads, while their placeholder next obs
+    (here 50, or even NaN) must never become a next-state target."""
+    ens = DynamicsEnsemble(small_config(max_epochs=40), OBS, BOX, "cpu", seed=0, learn_termination=True)
+    obs, action, _, next_obs, _ = linear_system(3000)
+    terminated = obs[:, 0] > 0.5
+    reward = torch.where(terminated, -10.0, obs[:, 1])  # a penalty only the lost rows show
+    placeholder = next_obs.clone()
+    placeholder[terminated] = 50.0
+    placeholder[terminated.nonzero()[::2, 0]] = float("nan")
+    ens.fit(obs, action, reward, placeholder, terminated, next_obs_valid=~terminated)
+
+    obs2, action2, _, next2, _ = linear_system(1000, seed=7)
+    term2 = obs2[:, 0] > 0.5
+    pred_next, pred_reward, logit = ens.sample(obs2, action2, torch.Generator().manual_seed(0))
+    assert logit is not None
+    assert ((logit > 0) == term2).float().mean().item() > 0.95
+    deep = obs2[:, 0] > 0.7  # away from the step at 0.5, which a smooth model blurs
+    assert pred_reward[deep].mean() < -8.0, pred_reward[deep].mean()  # the penalty is learned
+    # The next state is learned from the known rows only, and the terminal region is extrapolated from
+    # them (a model trained to "stay put" there, or towards the placeholder 50, is far off).
+    delta_var = (next2 - obs2).var(0).mean()
+    assert (pred_next - next2)[~term2].square().mean() < 0.05 * delta_var
+    assert (pred_next - next2)[term2].square().mean() < 0.5 * delta_var
+    with pytest.raises(ValueError, match="next_obs_valid"):
+        ens.fit(obs, action, reward, next_obs, terminated, next_obs_valid=(~terminated).float())
+
+
 def test_state_dict_round_trip_resumes_exactly() -> None:
     cfg = small_config(max_epochs=3)
     a = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=0)
