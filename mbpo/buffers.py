@@ -33,9 +33,9 @@ REWARD = "reward"
 NEXT_OBS = "next_obs"
 TERMINATED = "terminated"
 NEXT_OBS_VALID = "next_obs_valid"
-"""bool ``(B,)``: False where ``next_obs`` is not the true next observation (an env that auto-reset
-without giving the final one, e.g. older Isaac Lab): the learner keeps the transition, the model
-never trains on it."""
+"""bool ``(B,)``: False where the env did not give the true next observation (an auto-reset without
+the final one, e.g. Isaac Lab without ``compute_final_obs``); ``next_obs`` is then ``obs``. The model
+learns such a row's reward and termination, never its next state; the learner keeps the row."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
@@ -99,12 +99,18 @@ def real_transitions(
 ) -> TensorDict:
     """One vector step from an env, with the true next observation (``info["final_obs"]`` where an
     episode ended: at an auto-reset ``next_obs`` is already the next episode's first) and whether it
-    is known (``info["final_obs_valid"]``, absent = always)."""
+    is known (``info["final_obs_valid"]``, absent = always).
+
+    Where it is unknown, ``next_obs`` is ``obs`` itself, not the env's placeholder: a time-out then
+    bootstraps from ``V(s_t)``, as rsl_rl's PPO does for time-outs, instead of from the next
+    episode's first state (a terminal row does not bootstrap at all)."""
     done = terminated | truncated
     real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
-    data = transitions(obs, action, reward, real_next, terminated)
     valid = info.get("final_obs_valid")
-    data[NEXT_OBS_VALID] = torch.ones_like(done) if valid is None else valid.to(torch.bool)
+    valid = torch.ones_like(done) if valid is None else valid.to(torch.bool)
+    real_next = torch.where(valid.unsqueeze(-1), real_next, obs)
+    data = transitions(obs, action, reward, real_next, terminated)
+    data[NEXT_OBS_VALID] = valid
     return data
 
 

@@ -13,7 +13,8 @@ observation. When the env hands it over in ``extras["final_obs"]`` (Isaac Lab's
 ``envs.adapters.mjlab_tasks``) it becomes ``info["final_obs"]`` and
 ``info["final_obs_valid"]`` is all True. Otherwise ``final_obs`` holds the
 post-reset observation as a placeholder and ``final_obs_valid`` is ``~done``:
-False exactly for the finished envs whose last observation is unknown.
+False exactly for the finished envs whose last observation is unknown
+(``mbpo.buffers.real_transitions`` says what the trainers make of those rows).
 """
 
 from __future__ import annotations

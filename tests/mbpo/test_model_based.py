@@ -177,6 +177,9 @@ def test_unknown_next_observations_are_passed_to_the_fit_as_such(monkeypatch: py
                             done, info)
     assert data[NEXT_OBS_VALID].tolist() == [True, False, True, True]
     assert data["next_obs"][2].tolist() == [7.0, 7.0, 7.0]  # a known final obs is the target
+    # An unknown one is replaced by obs: the learner's time-out bootstraps from V(s_t), never from the
+    # env's placeholder (for an rsl_rl env, the next episode's first state).
+    assert torch.equal(data["next_obs"][1], obs[1])
     fitted: dict[str, object] = {}
 
     def spy_fit(obs: torch.Tensor, *args: object, **kw: object) -> dict[str, object]:
