@@ -3,7 +3,7 @@
 Prints one JSON line. Setup: MBPO's default ensemble (7 members, 4x200 SiLU,
 batch 256 per member, 5 elites) on HalfCheetah-sized data (obs 17, act 6).
 
-* training: ``DynamicsEnsemble.train_epoch`` (the inner loop of ``fit``: per-member
+* training: ``mbpo.models.train_epoch`` (the inner loop of ``fit``: per-member
   bootstrap shuffle, gather, fused NLL + bound penalty + L2 loss, backward, fused Adam)
   in samples/s, where a sample is one (member, transition) pair; plus ``fit`` end to end
   (2 epochs, holdout evaluation included) once per precision.
@@ -35,7 +35,7 @@ import torch
 
 from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.config import ModelConfig
-from mbpo.models import DynamicsEnsemble
+from mbpo.models import DynamicsEnsemble, train_epoch
 from mbpo.logs import quiet_torchrl
 
 OBS_DIM, ACT_DIM = 17, 6
@@ -104,7 +104,7 @@ def main() -> None:
     ensembles = {p: DynamicsEnsemble(cfg, OBS_DIM, space, device, seed=0, precision=p) for p in precisions}
     work: dict[str, Callable[[], Any]] = {}
     for p, ens in ensembles.items():
-        work[f"train_{p}"] = lambda ens=ens: ens.train_epoch(train_x, train_t, None, boot)
+        work[f"train_{p}"] = lambda ens=ens: train_epoch(ens, train_x, train_t, None, boot)
         work[f"rollout_{p}"] = lambda ens=ens: ens.sample(roll_obs, roll_act, g)
 
     # Warm up, then interleave the repeats so machine noise hits everything alike.

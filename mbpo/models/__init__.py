@@ -1,6 +1,8 @@
-"""The learned dynamics model: a batched probabilistic ensemble, its input normaliser, known termination rules."""
+"""The learned dynamics model: a batched probabilistic ensemble, the loop that fits it, its input
+normaliser, known termination rules."""
 
-from mbpo.models.ensemble import DynamicsEnsemble, Prediction, select_elites
+from mbpo.models.ensemble import DynamicsEnsemble, Prediction
+from mbpo.models.training import fit_ensemble, select_elites, train_epoch
 from mbpo.models.normalizer import Normalizer
 
-__all__ = ["DynamicsEnsemble", "Prediction", "Normalizer", "select_elites"]
+__all__ = ["DynamicsEnsemble", "Prediction", "Normalizer", "fit_ensemble", "select_elites", "train_epoch"]

@@ -1,4 +1,4 @@
-"""MBPO's probabilistic dynamics ensemble: batched Gaussian MLPs, holdout early stopping, elites.
+"""MBPO's probabilistic dynamics ensemble: batched Gaussian MLPs, their loss, rollout sampling.
 
 Each of ``ensemble_size`` members maps the normalised ``(obs, action)`` to a
 diagonal Gaussian over ``[next_obs - obs, reward]`` (raw units: targets are not
@@ -7,19 +7,16 @@ standardised, as in MBPO, so holdout MSE is in the env's units) and, with
 one :class:`~mbpo.agents.networks.BatchedMLP` (weights ``[members, in, out]``,
 one baddbmm per layer): no Python loop over members anywhere.
 
-Training follows MBPO (Janner et al. 2019) / mbrl-lib's ``ModelTrainer``:
-bootstrap resample per member, Gaussian NLL + learned log-variance bound penalty
-+ per-layer L2 in the loss, holdout MSE of the mean after each epoch, early
-stopping when no member improves by more than 1% for ``patience`` epochs, each
-member restored to its best epoch, and the ``num_elites`` best members generate
-rollouts. Deviation from MBPO: the log-variance bounds are per member
-(``[M, 1, D]``) rather than shared, so members train fully independently.
+The loss is MBPO's (Janner et al. 2019): Gaussian NLL + learned log-variance
+bound penalty + per-layer L2. :meth:`DynamicsEnsemble.fit` checks and normalises
+real data and hands the epochs (holdout, bootstrap, early stopping, elites) to
+:mod:`mbpo.models.training`. Deviation from MBPO: the log-variance bounds are
+per member (``[M, 1, D]``) rather than shared, so members train fully independently.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, NamedTuple
 
@@ -31,12 +28,11 @@ from torch.nn import functional as F
 from mbpo.agents.networks import BatchedMLP, bf16_autocast_supported
 from mbpo.config import ModelConfig
 from mbpo.models.normalizer import Normalizer
+from mbpo.models.training import fit_ensemble, select_elites
 from mbpo.checkpoint import cpu_copy
 
-__all__ = ["DynamicsEnsemble", "Prediction", "select_elites", "IMPROVEMENT_THRESHOLD"]
+__all__ = ["DynamicsEnsemble", "Prediction"]
 
-IMPROVEMENT_THRESHOLD = 0.01
-"""A member improves when its holdout MSE drops by more than this fraction of its best (MBPO's 1%)."""
 _CPU_ROW_BLOCK = {"fp32": 512, "bf16": 1024}
 """Rows per member per no-grad forward on CPU (the same bytes of activations; measured with
 benchmarks/ensemble_throughput.py). One pass on CUDA."""
@@ -50,15 +46,6 @@ class Prediction(NamedTuple):
     mean: torch.Tensor  # [M, B, obs_dim + 1]
     var: torch.Tensor  # [M, B, obs_dim + 1]
     terminated_logit: torch.Tensor | None  # [M, B], None without a termination head
-
-
-def select_elites(holdout_mse: torch.Tensor | Sequence[float], num_elites: int) -> list[int]:
-    """Indices of the ``num_elites`` lowest losses, best first (ties: lower index; NaN counts as worst)."""
-    losses = torch.as_tensor(holdout_mse, dtype=torch.float64).detach().cpu().flatten()
-    if not 1 <= num_elites <= losses.numel():
-        raise ValueError(f"num_elites={num_elites} must be in [1, {losses.numel()}] (the number of losses given)")
-    return torch.argsort(losses, stable=True)[:num_elites].tolist()
-
 
 
 class DynamicsEnsemble(nn.Module):
@@ -274,14 +261,14 @@ class DynamicsEnsemble(nn.Module):
         return loss.detach()
 
     @torch.no_grad()
-    def _mse(self, x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    def prediction_mse(self, x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion);
         ``weight`` ``(N, D)`` as in :meth:`_loss`."""
         return _mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser."""
-        return self._mse(self.normalizer.normalize(self._inputs(obs, action)), self._targets(obs, reward, next_obs))
+        return self.prediction_mse(self.normalizer.normalize(self._inputs(obs, action)), self._targets(obs, reward, next_obs))
 
     def set_elites(self, holdout_mse: torch.Tensor | Sequence[float]) -> list[int]:
         """Make the ``num_elites`` members with the lowest ``holdout_mse`` the rollout members."""
@@ -296,47 +283,17 @@ class DynamicsEnsemble(nn.Module):
         next_obs_valid: torch.Tensor | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Train on ``N`` real transitions until early stopping, ``max_epochs``, ``max_grad_steps`` or
-        ``should_stop()`` (checked every epoch), keep each member's best epoch, pick elites.
+        ``should_stop()`` (checked every epoch), keep each member's best epoch, pick elites (the loop:
+        :func:`~mbpo.models.training.fit_ensemble`; here the checks, targets and the normaliser refit).
 
         ``next_obs_valid`` (bool ``(N,)``, default all True): False where the env did not give the
         true next observation (an auto-reset that lost it; ``next_obs`` is then a placeholder). Such
         rows still train reward and termination, which are known, but not the next-state head.
         Host syncs: one per epoch plus a few per call."""
-        c, m = self.config, self.ensemble_size
         x, target, term, weight = self._fit_data(obs, action, reward, next_obs, terminated, next_obs_valid)
-        n = x.shape[0]
-        n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
-        perm = torch.randperm(n, generator=self.generator, device=self.device)
-        hold, train = perm[:n_hold], perm[n_hold:]
-        x_hold, t_hold, w_hold = x[hold], target[hold], (None if weight is None else weight[hold])
-        train_set = (x[train], target[train], None if term is None else term[train])
-        w_train = None if weight is None else weight[train]
-        boot = torch.randint(n - n_hold, (m, n - n_hold), generator=self.generator, device=self.device)
-
-        best_params = [p.detach().clone() for p in self.parameters()]
-        best = self._mse(x_hold, t_hold, w_hold).tolist()  # so a member is never left worse than before this fit
-        epochs = since_improved = steps = 0
-        steps_left = c.max_grad_steps or math.inf
-        train_loss = float("nan")
-        self.train()
-        stop = should_stop or (lambda: False)
-        while ((c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and steps_left > 0
-               and not stop()):
-            epoch_loss, epoch_steps = self.train_epoch(*train_set, boot, max_steps=steps_left, weight=w_train)
-            epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
-            *mse, train_loss = torch.cat((self._mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
-            since_improved = 0 if self._keep_improved(mse, best, best_params) else since_improved + 1
-        with torch.no_grad():
-            for p, b in zip(self.parameters(), best_params):
-                p.copy_(b)
-        self.eval()
-        elites = self.set_elites(best)
+        metrics = fit_ensemble(self, x, target, term, weight, should_stop)
         self.version += 1
-        return {
-            "holdout_mse": best, "holdout_loss": sum(best[i] for i in elites) / len(elites),
-            "train_loss": train_loss, "epochs": epochs, "grad_steps": steps, "elites": list(elites),
-            "num_train": n - n_hold, "num_holdout": n_hold, "version": self.version,
-        }  # fmt: skip
+        return {**metrics, "version": self.version}
 
     @torch.no_grad()
     def _fit_data(
@@ -371,36 +328,6 @@ class DynamicsEnsemble(nn.Module):
             raise ValueError("fit() got non-finite obs, action, reward or next_obs; real data must be finite")
         self.normalizer.fit(inputs)
         return self.normalizer.normalize(inputs), target, terminated, weight
-
-    def train_epoch(
-        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, boot: torch.Tensor,
-        max_steps: float = math.inf, weight: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, int]:  # fmt: skip
-        """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
-        per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps; ``weight`` ``(N, D)`` as in
-        :meth:`_loss`. Returns the mean step loss, on device (no sync), and the steps taken."""
-        m, n = boot.shape
-        bs = self.config.batch_size
-        order = boot.gather(1, torch.rand(m, n, generator=self.generator, device=self.device).argsort(1))
-        steps = int(min(math.ceil(n / bs), max_steps))
-        total = torch.zeros((), device=self.device)
-        for s in range(0, steps * bs, bs):
-            idx = order[:, s : s + bs]
-            total += self.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx],
-                                     None if weight is None else _rows(weight, idx))
-        return total / max(steps, 1), steps
-
-    @torch.no_grad()
-    def _keep_improved(self, mse: list[float], best: list[float], best_params: list[torch.Tensor]) -> bool:
-        """Snapshot the members whose holdout MSE improved by more than 1% (updates ``best``); any improved?"""
-        improved = [i for i in range(self.ensemble_size) if _improved(mse[i], best[i])]
-        if improved:
-            rows = torch.tensor(improved, device=self.device)
-            for p, b in zip(self.parameters(), best_params):
-                b.index_copy_(0, rows, p.index_select(0, rows))
-            for i in improved:
-                best[i] = mse[i]
-        return bool(improved)
 
     # --- sampling -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -489,11 +416,6 @@ class _WeightDecay(torch.autograd.Function):
         return (None, *(w * (grad * wd) for wd, w in zip(ctx.decays, ctx.saved_tensors)))
 
 
-def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``t[idx]`` for ``(N, D)`` rows and ``[M, b]`` indices as one ``index_select`` (3x faster on CPU)."""
-    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, t.shape[-1])
-
-
 def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
     0 or 1), the mean over the weighted entries only."""
@@ -502,12 +424,3 @@ def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Te
     weight = weight.expand_as(err)
     return (err * weight).sum((1, 2)) / weight.sum((1, 2))
 
-
-def _improved(current: float, best: float) -> bool:
-    """MBPO's criterion: relative drop ``(best - current) / |best|`` above the threshold.
-
-    A NaN never improves; anything finite improves on a non-finite best (a diverged member recovers).
-    """
-    if not math.isfinite(best):
-        return math.isfinite(current)
-    return current < best - IMPROVEMENT_THRESHOLD * abs(best)

@@ -1,0 +1,126 @@
+"""The loop that fits a dynamics ensemble to real transitions (mbrl-lib's ``ModelTrainer``).
+
+MBPO (Janner et al. 2019): a holdout split, per-member bootstrap epochs,
+holdout MSE of the mean after each epoch, early stopping when no member
+improves by more than 1% for ``patience`` epochs, each member restored to its
+best epoch, and the ``num_elites`` best members as the rollout elites. The
+ensemble owns the network, the loss and one Adam step
+(:meth:`~mbpo.models.ensemble.DynamicsEnsemble.train_step`); this module owns
+the epochs around them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from mbpo.models.ensemble import DynamicsEnsemble
+
+__all__ = ["IMPROVEMENT_THRESHOLD", "fit_ensemble", "select_elites", "train_epoch"]
+
+IMPROVEMENT_THRESHOLD = 0.01
+"""A member improves when its holdout MSE drops by more than this fraction of its best (MBPO's 1%)."""
+
+
+def select_elites(holdout_mse: torch.Tensor | Sequence[float], num_elites: int) -> list[int]:
+    """Indices of the ``num_elites`` lowest losses, best first (ties: lower index; NaN counts as worst)."""
+    losses = torch.as_tensor(holdout_mse, dtype=torch.float64).detach().cpu().flatten()
+    if not 1 <= num_elites <= losses.numel():
+        raise ValueError(f"num_elites={num_elites} must be in [1, {losses.numel()}] (the number of losses given)")
+    return torch.argsort(losses, stable=True)[:num_elites].tolist()
+
+
+def fit_ensemble(
+    ensemble: DynamicsEnsemble, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
+    weight: torch.Tensor | None, should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Train on normalised ``x`` ``(N, in)`` / ``target`` ``(N, D)`` until early stopping, ``max_epochs``,
+    ``max_grad_steps`` or ``should_stop()`` (checked every epoch); keep each member's best epoch and set
+    the elites. ``weight`` ``(N, D)`` (0 or 1, None = all 1) leaves unknown target values out.
+    Host syncs: one per epoch plus a few per call."""
+    c, m, device, gen = ensemble.config, ensemble.ensemble_size, ensemble.device, ensemble.generator
+    n = x.shape[0]
+    n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
+    perm = torch.randperm(n, generator=gen, device=device)
+    hold, train = perm[:n_hold], perm[n_hold:]
+    x_hold, t_hold, w_hold = x[hold], target[hold], (None if weight is None else weight[hold])
+    train_set = (x[train], target[train], None if terminated is None else terminated[train])
+    w_train = None if weight is None else weight[train]
+    boot = torch.randint(n - n_hold, (m, n - n_hold), generator=gen, device=device)
+
+    best_params = [p.detach().clone() for p in ensemble.parameters()]
+    best = ensemble.prediction_mse(x_hold, t_hold, w_hold).tolist()  # a member never ends worse than before
+    epochs = since_improved = steps = 0
+    steps_left = c.max_grad_steps or math.inf
+    train_loss = float("nan")
+    ensemble.train()
+    stop = should_stop or (lambda: False)
+    while ((c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and steps_left > 0
+           and not stop()):
+        epoch_loss, epoch_steps = train_epoch(ensemble, *train_set, boot, max_steps=steps_left, weight=w_train)
+        epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
+        *mse, train_loss = torch.cat((ensemble.prediction_mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
+        since_improved = 0 if _keep_improved(ensemble, mse, best, best_params) else since_improved + 1
+    with torch.no_grad():
+        for p, b in zip(ensemble.parameters(), best_params):
+            p.copy_(b)
+    ensemble.eval()
+    elites = ensemble.set_elites(best)
+    return {
+        "holdout_mse": best, "holdout_loss": sum(best[i] for i in elites) / len(elites),
+        "train_loss": train_loss, "epochs": epochs, "grad_steps": steps, "elites": list(elites),
+        "num_train": n - n_hold, "num_holdout": n_hold,
+    }  # fmt: skip
+
+
+def train_epoch(
+    ensemble: DynamicsEnsemble, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
+    boot: torch.Tensor, max_steps: float = math.inf, weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, int]:  # fmt: skip
+    """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
+    per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps; ``weight`` as in
+    :func:`fit_ensemble`. Returns the mean step loss, on device (no sync), and the steps taken."""
+    m, n = boot.shape
+    bs, device = ensemble.config.batch_size, ensemble.device
+    order = boot.gather(1, torch.rand(m, n, generator=ensemble.generator, device=device).argsort(1))
+    steps = int(min(math.ceil(n / bs), max_steps))
+    total = torch.zeros((), device=device)
+    for s in range(0, steps * bs, bs):
+        idx = order[:, s : s + bs]
+        total += ensemble.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx],
+                                     None if weight is None else _rows(weight, idx))
+    return total / max(steps, 1), steps
+
+
+@torch.no_grad()
+def _keep_improved(
+    ensemble: DynamicsEnsemble, mse: list[float], best: list[float], best_params: list[torch.Tensor]
+) -> bool:
+    """Snapshot the members whose holdout MSE improved by more than 1% (updates ``best``); any improved?"""
+    improved = [i for i in range(ensemble.ensemble_size) if _improved(mse[i], best[i])]
+    if improved:
+        rows = torch.tensor(improved, device=ensemble.device)
+        for p, b in zip(ensemble.parameters(), best_params):
+            b.index_copy_(0, rows, p.index_select(0, rows))
+        for i in improved:
+            best[i] = mse[i]
+    return bool(improved)
+
+
+def _improved(current: float, best: float) -> bool:
+    """MBPO's criterion: relative drop ``(best - current) / |best|`` above the threshold.
+
+    A NaN never improves; anything finite improves on a non-finite best (a diverged member recovers).
+    """
+    if not math.isfinite(best):
+        return math.isfinite(current)
+    return current < best - IMPROVEMENT_THRESHOLD * abs(best)
+
+
+def _rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``t[idx]`` for ``(N, D)`` rows and ``[M, b]`` indices as one ``index_select`` (3x faster on CPU)."""
+    return t.index_select(0, idx.reshape(-1)).view(*idx.shape, t.shape[-1])
