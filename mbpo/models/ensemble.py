@@ -283,7 +283,7 @@ class DynamicsEnsemble(nn.Module):
         next_obs_valid: torch.Tensor | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Train on ``N`` real transitions until early stopping, ``max_epochs``, ``max_grad_steps`` or
-        ``should_stop()`` (checked every epoch), keep each member's best epoch, pick elites (the loop:
+        ``should_stop()`` (checked every step), keep each member's best epoch, pick elites (the loop:
         :func:`~mbpo.models.training.fit_ensemble`; here the checks, targets and the normaliser refit).
 
         ``next_obs_valid`` (bool ``(N,)``, default all True): False where the env did not give the

@@ -39,9 +39,9 @@ def fit_ensemble(
     weight: torch.Tensor | None, should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Train on normalised ``x`` ``(N, in)`` / ``target`` ``(N, D)`` until early stopping, ``max_epochs``,
-    ``max_grad_steps`` or ``should_stop()`` (checked every epoch); keep each member's best epoch and set
+    ``max_grad_steps`` or ``should_stop()`` (checked every step); keep each member's best epoch and set
     the elites. ``weight`` ``(N, D)`` (0 or 1, None = all 1) leaves unknown target values out.
-    Host syncs: one per epoch plus a few per call."""
+    A stopped fit still evaluates its last, partial epoch. Host syncs: one per epoch plus a few per call."""
     c, m, device, gen = ensemble.config, ensemble.ensemble_size, ensemble.device, ensemble.generator
     n = x.shape[0]
     n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
@@ -61,7 +61,10 @@ def fit_ensemble(
     stop = should_stop or (lambda: False)
     while ((c.max_epochs == 0 or epochs < c.max_epochs) and since_improved < c.patience and steps_left > 0
            and not stop()):
-        epoch_loss, epoch_steps = train_epoch(ensemble, *train_set, boot, max_steps=steps_left, weight=w_train)
+        epoch_loss, epoch_steps = train_epoch(ensemble, *train_set, boot, max_steps=steps_left, weight=w_train,
+                                              should_stop=stop)
+        if epoch_steps == 0:
+            break  # stopped before this epoch's first step
         epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
         *mse, train_loss = torch.cat((ensemble.prediction_mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
         since_improved = 0 if _keep_improved(ensemble, mse, best, best_params) else since_improved + 1
@@ -80,19 +83,24 @@ def fit_ensemble(
 def train_epoch(
     ensemble: DynamicsEnsemble, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
     boot: torch.Tensor, max_steps: float = math.inf, weight: torch.Tensor | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[torch.Tensor, int]:  # fmt: skip
     """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
-    per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps; ``weight`` as in
-    :func:`fit_ensemble`. Returns the mean step loss, on device (no sync), and the steps taken."""
+    per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps and until ``should_stop()`` (checked
+    before each step: on a big buffer one epoch takes minutes, longer than a shutdown may wait); ``weight``
+    as in :func:`fit_ensemble`. Returns the mean step loss, on device (no sync), and the steps taken."""
     m, n = boot.shape
     bs, device = ensemble.config.batch_size, ensemble.device
     order = boot.gather(1, torch.rand(m, n, generator=ensemble.generator, device=device).argsort(1))
-    steps = int(min(math.ceil(n / bs), max_steps))
+    steps = 0
     total = torch.zeros((), device=device)
-    for s in range(0, steps * bs, bs):
+    for s in range(0, int(min(math.ceil(n / bs), max_steps)) * bs, bs):
+        if should_stop is not None and should_stop():
+            break
         idx = order[:, s : s + bs]
         total += ensemble.train_step(_rows(x, idx), _rows(target, idx), None if terminated is None else terminated[idx],
                                      None if weight is None else _rows(weight, idx))
+        steps += 1
     return total / max(steps, 1), steps
 
 

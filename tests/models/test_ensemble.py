@@ -327,6 +327,25 @@ def test_max_grad_steps_caps_a_training_part_way_through_an_epoch() -> None:
     cap_of_seven = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=7), OBS, BOX, "cpu")
     assert cap_of_seven.fit(*data) == one_epoch and one_epoch["grad_steps"] == 7
 
+
+@pytest.mark.parametrize("asks_before_stop", [1, 6, 9, 10])
+def test_a_stop_request_ends_a_fit_within_one_gradient_step(asks_before_stop: int) -> None:
+    """A shutdown must not wait out an epoch: on a big buffer one takes minutes."""
+    data = linear_system(500)  # 7 steps of 64 per epoch
+    answers = iter([False] * asks_before_stop + [True] * 1000)
+    ens = DynamicsEnsemble(small_config(max_epochs=30, patience=30), OBS, BOX, "cpu")
+    before = [p.detach().clone() for p in ens.parameters()]
+    metrics = ens.fit(*data, should_stop=lambda: next(answers))
+    # One ask before each epoch, then one before each step: 6 asks = 5 steps, 9 = one whole epoch,
+    # 10 = one epoch and one step.
+    expected = {1: (0, 0), 6: (1, 5), 9: (1, 7), 10: (2, 8)}[asks_before_stop]
+    assert (metrics["epochs"], metrics["grad_steps"]) == expected
+    assert all(int(state["step"]) == expected[1] for state in ens.optimizer.state.values())
+    if expected[1] == 0:
+        assert all(torch.equal(p, q) for p, q in zip(ens.parameters(), before))
+    assert ens.version == 1 and len(ens.elites) == 2
+
+
 def test_normalizer() -> None:
     norm = Normalizer(3)
     x = torch.tensor([[1.0, 5.0, 2.0], [3.0, 5.0, 4.0]])
