@@ -1,8 +1,9 @@
 """The model thread: dynamics-ensemble training and branched rollouts, concurrent with policy updates.
 
 The ensemble is touched only by this thread (training, then rollouts, in one
-cycle), so it needs no lock of its own; a checkpoint waits on
-:attr:`ModelWorker.cycle_lock` for a consistent ensemble. The model buffer is
+cycle), so it needs no lock of its own; a checkpoint sets
+:attr:`ModelWorker.hold` so that no new cycle starts, and takes
+:attr:`ModelWorker.cycle_lock` between two cycles for a consistent ensemble. The model buffer is
 shared with the learner under ``ModelBased.lock``. Rollouts act with a device
 copy of the policy loaded from the newest published snapshot, never with the
 learner's live networks (which change mid-rollout), and on GPU run on their
@@ -45,6 +46,8 @@ class ModelWorker(ThreadWorker):
         super().__init__("mbpo-model", torch_threads)
         self.cycle_lock = threading.Lock()
         """Held for a whole train + rollout cycle: whoever reads the ensemble's state takes it."""
+        self.hold = threading.Event()
+        """Set while a checkpoint is due: no new cycle starts until it is written and clears this."""
         self.policy_version = 0
         """Published weight version the last rollouts acted with."""
         self.busy_s = 0.0
@@ -53,7 +56,8 @@ class ModelWorker(ThreadWorker):
     def _work(self) -> None:
         with self.lane.active():
             while not self.stop.is_set():
-                if self.gate.wait_for(lambda: self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
+                if self.gate.wait_for(lambda: not self.hold.is_set()
+                                      and self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
                     self._cycle()
 
     def _cycle(self) -> None:

@@ -105,6 +105,7 @@ class AsyncTrainer(Trainer):
         self.learner_busy_s = 0.0
         self._closed = False
         self._started = self._stopped = False
+        self._checkpoint_due = False
 
     # -- construction helpers -----------------------------------------------------------
     def _make_env(self) -> envs.VecEnv:
@@ -206,6 +207,8 @@ class AsyncTrainer(Trainer):
                 if item is not None:
                     self._ingest(item)
             self._periodic(before)
+            if self._checkpoint_due:
+                self._checkpoint_between_cycles()
 
     def _supervise(self) -> None:
         """Raise here, in the main thread, whatever killed a worker (collectors: after the restart budget)."""
@@ -278,7 +281,7 @@ class AsyncTrainer(Trainer):
         if evaluated or crossed(before, self.env_steps, cfg.log_every):
             self._log(logger, evaluated)
         if crossed(before, self.env_steps, cfg.checkpoint.every):
-            self.save()
+            self._checkpoint_due = True
         logger.progress(self.env_steps, {
             "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
             "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
@@ -357,16 +360,40 @@ class AsyncTrainer(Trainer):
     def state_dict(self) -> dict[str, Any]:
         """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most
         ``runtime.shutdown_timeout_s``; a model thread stuck longer raises instead of hanging the run."""
+        state = self._state_between_cycles(self.config.runtime.shutdown_timeout_s)
+        if state is None:
+            raise TimeoutError(f"the model thread held the ensemble for more than runtime.shutdown_timeout_s="
+                               f"{self.config.runtime.shutdown_timeout_s} s; no consistent checkpoint")
+        return state
+
+    def _state_between_cycles(self, timeout: float) -> dict[str, Any] | None:
+        """The state, taken while the model thread is between cycles; None if a cycle still runs after
+        ``timeout`` seconds (0: do not wait)."""
         worker = self.model_worker
         if worker is None:
             return super().state_dict()
-        if not worker.cycle_lock.acquire(timeout=self.config.runtime.shutdown_timeout_s):
-            raise TimeoutError(f"the model thread held the ensemble for more than runtime.shutdown_timeout_s="
-                               f"{self.config.runtime.shutdown_timeout_s} s; no consistent checkpoint")
+        if not worker.cycle_lock.acquire(timeout=timeout):
+            return None
         try:
             return super().state_dict()
         finally:
             worker.cycle_lock.release()
+
+    def _checkpoint_between_cycles(self) -> None:
+        """Write the due periodic checkpoint if the model thread is between cycles; if it is mid-cycle
+        (a fit can take minutes), try again on the next pass of the loop: the learner keeps training
+        meanwhile instead of waiting for the fit. Until the file is written the model thread starts no
+        new cycle, which would change the model buffer (saved by reference on CPU) under torch.save."""
+        worker = self.model_worker
+        if worker is not None:
+            worker.hold.set()
+        state = self._state_between_cycles(0)
+        if state is None:
+            return
+        self.save(state)
+        self._checkpoint_due = False
+        if worker is not None:
+            worker.hold.clear()
 
     def close(self) -> None:
         """Stop and join every thread and close every env. Idempotent."""

@@ -189,9 +189,10 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         restore_rng(state["rng"])
 
-    def save(self) -> Path:
-        return save_checkpoint(self.run_dir / "checkpoints", self.env_steps, self.state_dict(),
-                               self.config.checkpoint.keep)
+    def save(self, state: dict[str, Any] | None = None) -> Path:
+        """Write ``state`` (default: :meth:`state_dict`) as the checkpoint of the current env step."""
+        return save_checkpoint(self.run_dir / "checkpoints", self.env_steps,
+                               self.state_dict() if state is None else state, self.config.checkpoint.keep)
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:

@@ -153,6 +153,35 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
         assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())
 
 
+def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing_the_run(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """A periodic checkpoint used to wait at most runtime.shutdown_timeout_s for the model thread's
+    cycle, then raise TimeoutError and end the run: any fit longer than that (minutes, on a big buffer)."""
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
+                      "model.epoch_length=64", "runtime.shutdown_timeout_s=1", "checkpoint.keep=10")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    assert trainer.model is not None and trainer.model_worker is not None
+    worker, fit = trainer.model_worker, trainer.model.train
+    held: list[bool] = []
+
+    def first_fit_outlasts_a_due_checkpoint(*args: object, **kwargs: object) -> None:
+        if not held:
+            trainer._checkpoint_due = True  # the checkpoint cadence crosses while this fit runs
+            held.append(worker.hold.wait(timeout=60))  # the fit goes on once the learner has asked to hold
+        fit(*args, **kwargs)  # type: ignore[arg-type]
+
+    trainer.model.train = first_fit_outlasts_a_due_checkpoint  # type: ignore[method-assign]
+    row = trainer.run()
+    assert held == [True] and not worker.hold.is_set()
+    ckpts = sorted((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert len(ckpts) == 2 and ckpts[-1].name == f"ckpt_{trainer.env_steps:012d}.pt"
+    periodic = torch.load(ckpts[0], weights_only=False)
+    assert periodic["model"]["counters"]["trainings"] >= 1  # taken after the fit, not in the middle of it
+    assert periodic["model"]["ensemble"]["version"] == periodic["model"]["counters"]["trainings"]
+    assert row["env_steps"] == 384
+
+
 def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
