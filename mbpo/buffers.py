@@ -34,8 +34,10 @@ NEXT_OBS = "next_obs"
 TERMINATED = "terminated"
 NEXT_OBS_VALID = "next_obs_valid"
 """bool ``(B,)``: False where the env did not give the true next observation (an auto-reset without
-the final one, e.g. Isaac Lab without ``compute_final_obs``); ``next_obs`` is then ``obs``. The model
-learns such a row's reward and termination, never its next state; the learner keeps the row."""
+the final one, e.g. Isaac Lab without ``compute_final_obs``); :func:`real_transitions` then stores
+``obs`` as ``next_obs`` (rows from before commit 9c8caae, e.g. in an older checkpoint, hold the env's
+placeholder). The model learns such a row's reward and termination, never its next state; the learner
+keeps the row."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
@@ -107,7 +109,7 @@ def real_transitions(
     done = terminated | truncated
     real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
     valid = info.get("final_obs_valid")
-    valid = torch.ones_like(done) if valid is None else valid.to(torch.bool)
+    valid = torch.ones_like(done) if valid is None else valid.to(done.device, torch.bool)
     real_next = torch.where(valid.unsqueeze(-1), real_next, obs)
     data = transitions(obs, action, reward, real_next, terminated)
     data[NEXT_OBS_VALID] = valid

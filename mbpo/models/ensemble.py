@@ -267,7 +267,8 @@ class DynamicsEnsemble(nn.Module):
         return _mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser."""
+        """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser;
+        every ``next_obs`` must be the true one (``fit``'s ``next_obs_valid`` rows are its business)."""
         return self.prediction_mse(self.normalizer.normalize(self._inputs(obs, action)), self._targets(obs, reward, next_obs))
 
     def set_elites(self, holdout_mse: torch.Tensor | Sequence[float]) -> list[int]:
@@ -418,7 +419,7 @@ class _WeightDecay(torch.autograd.Function):
 
 def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
-    0 or 1), the mean over the weighted entries only."""
+    0 or 1), the mean over the weighted entries only. Never 0/0: the reward column is always known."""
     if weight is None:
         return err.mean((1, 2))
     weight = weight.expand_as(err)

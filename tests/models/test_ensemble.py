@@ -277,6 +277,30 @@ def test_rows_without_a_true_next_obs_train_reward_and_termination_but_not_the_n
         ens.fit(obs, action, reward, next_obs, terminated, next_obs_valid=(~terminated).float())
 
 
+def test_holdout_mse_leaves_out_unknown_next_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Early stopping and the elites rank members on the holdout: an unknown next state (its target
+    zeroed) must not count there either, or a member that predicts the true motion looks worse."""
+    ens = DynamicsEnsemble(small_config(max_epochs=2), OBS, BOX, "cpu", seed=0)
+    obs, action, reward, next_obs, _ = linear_system(600)
+    valid = torch.arange(600) % 3 != 0
+    scored: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    prediction_mse = ens.prediction_mse
+
+    def spy(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        scored.append((target, weight))
+        return prediction_mse(x, target, weight)
+
+    monkeypatch.setattr(ens, "prediction_mse", spy)
+    ens.fit(obs, action, reward, next_obs + 100.0 * ~valid.unsqueeze(-1), next_obs_valid=valid)
+    assert len(scored) == 3  # before training, then after each of the 2 epochs
+    for target, weight in scored:
+        assert weight is not None
+        unknown = (target[:, :-1] == 0).all(-1)  # the zeroed targets of the rows without a next obs
+        assert 0 < int(unknown.sum()) < target.shape[0]
+        assert torch.equal(weight[:, :-1], (~unknown).float().unsqueeze(-1).expand(-1, OBS))
+        assert bool((weight[:, -1] == 1).all())  # every reward is known
+
+
 def test_state_dict_round_trip_resumes_exactly() -> None:
     cfg = small_config(max_epochs=3)
     a = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=0)
