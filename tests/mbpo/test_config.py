@@ -1,12 +1,18 @@
-"""Config: YAML + dotted overrides; unknown keys, wrong types and bad ranges rejected with clear messages."""
+"""Config: YAML + dotted overrides; unknown keys, wrong types, bad ranges, non-finite floats and impossible
+budgets rejected with clear messages."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import re
+import typing
 from pathlib import Path
 
 import pytest
 
-from mbpo.config import ConfigError, describe, load_config, to_yaml
+import mbpo.config as config_module
+from mbpo.config import Config, ConfigError, describe, load_config, to_yaml
 
 pytestmark = pytest.mark.timeout(30)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -39,8 +45,8 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
         (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: device, id, num_envs"),
         (["lr=3"], "unknown config key 'lr'"),
         (["env.num_envs=abc"], "config key 'env.num_envs': Value 'abc' of type 'str' could not be converted to Integer"),
-        (["env.num_envs=0"], r"env.num_envs=0 is out of range; expected a value in \[1, inf\]"),
-        (["agent.utd_ratio=0"], r"agent.utd_ratio=0.0 is out of range; expected a value in \(0, inf\]"),
+        (["env.num_envs=0"], r"env.num_envs=0 is out of range; expected a value in \[1, inf\)"),
+        (["agent.utd_ratio=0"], r"agent.utd_ratio=0.0 is out of range; expected a value in \(0, inf\)"),
         (["agent.sac.gamma=1.5"], r"agent.sac.gamma=1.5 is out of range; expected a value in \[0, 1\]"),
         (["agent.name=ppo"], "agent.name='ppo' is not allowed; expected one of sac, dqn"),
         (["agent.sac.precision=fp16"], "expected one of fp32, bf16"),
@@ -72,3 +78,130 @@ def test_every_field_is_documented_and_yaml_round_trips(tmp_path: Path) -> None:
     f = tmp_path / "resolved.yaml"
     f.write_text(to_yaml(cfg))
     assert load_config(f) == cfg
+
+
+# -- non-finite floats and impossible budgets ---------------------------------------------------------
+
+
+def _float_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str]]:
+    """``(dotted key, kind)`` of every float-valued field of the schema, found by walking the dataclasses:
+    kind is ``float``, ``optional`` (Optional[float]) or ``list`` (list[float])."""
+    out: list[tuple[str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            out += _float_keys(t, f"{prefix}{f.name}.")
+        elif t is float:
+            out.append((f"{prefix}{f.name}", "float"))
+        elif typing.get_origin(t) is typing.Union and float in typing.get_args(t):
+            out.append((f"{prefix}{f.name}", "optional"))
+        elif typing.get_origin(t) is list and typing.get_args(t) == (float,):
+            out.append((f"{prefix}{f.name}", "list"))
+    return out
+
+
+FLOAT_KEYS = _float_keys()
+
+
+def test_float_key_discovery_finds_the_known_ones() -> None:
+    keys = dict(FLOAT_KEYS)
+    assert keys["agent.sac.gamma"] == "float" and keys["agent.utd_ratio"] == "float"
+    assert keys["agent.sac.target_entropy"] == "optional" and keys["model.weight_decay"] == "list"
+    assert len(keys) >= 20
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize(("key", "kind"), FLOAT_KEYS, ids=[k for k, _ in FLOAT_KEYS])
+def test_every_float_key_refuses_nan_and_inf(key: str, kind: str, bad: str) -> None:
+    if kind == "list":  # the default list with its first element replaced, so only the non-finite value is wrong
+        default = list(functools.reduce(getattr, key.split("."), Config()))
+        value = "[" + ",".join([bad] + [repr(v) for v in default[1:]]) + "]"
+    else:
+        value = bad
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}\b.*is not a finite number"):
+        load_config(None, [f"{key}={value}"])
+
+
+def test_non_finite_list_elements_and_optional_floats() -> None:
+    with pytest.raises(ConfigError, match=r"^model\.weight_decay\[1\]=nan is not a finite number; expected finite "
+                                          r"numbers in model\.weight_decay=\[0\.0, nan"):
+        load_config(None, ["model.weight_decay=[0,nan,0,0,0]"])
+    with pytest.raises(ConfigError, match=r"^agent\.sac\.target_entropy=-inf is not a finite number; expected a "
+                                          "finite number or null"):
+        load_config(None, ["agent.sac.target_entropy=-inf"])
+    assert load_config(None, ["agent.sac.target_entropy=null"]).agent.sac.target_entropy is None
+    assert load_config(None, ["agent.sac.target_entropy=-3.5"]).agent.sac.target_entropy == -3.5
+    with pytest.raises(ConfigError, match=r"^agent\.sac\.gamma=nan is not a finite number; "
+                                          r"expected a value in \[0, 1\]$"):
+        load_config(None, ["agent.sac.gamma=nan"])
+
+
+def test_range_check_alone_also_refuses_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Belt and braces: with the finiteness check switched off, NaN still fails every range comparison."""
+    monkeypatch.setattr(config_module, "_check_finite", lambda config: None)
+    for key in ("agent.sac.gamma", "agent.utd_ratio", "model.real_ratio", "runtime.shutdown_timeout_s"):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=nan is out of range"):
+            load_config(None, [f"{key}=nan"])
+    with pytest.raises(ConfigError, match=r"model\.weight_decay=\[nan.*expected 5 non-negative values"):
+        load_config(None, ["model.weight_decay=[nan,0,0,0,0]"])
+
+
+def test_impossible_update_budget_is_refused_with_the_arithmetic() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["agent.utd_ratio=1e9"])
+    msg = str(err.value)
+    assert msg.startswith("agent.utd_ratio=1e9 asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
+                          "(20000 - 1000) x 1e9 = 1.9e13 gradient updates; at an optimistic 20,000 updates/s that is "
+                          "30 years, more than the 30-day limit; expected agent.utd_ratio <= 1000"), msg
+    # A short run with an absurd ratio is refused by the cap, saying why.
+    with pytest.raises(ConfigError, match=r"^agent\.utd_ratio=5000 is more than 1,000 gradient updates per "
+                                          r"env transition; published recipes use 1-20 .*"
+                                          r"expected agent\.utd_ratio <= 1000"):
+        load_config(None, ["agent.utd_ratio=5000"])
+    assert load_config(None, ["agent.utd_ratio=1000"]).agent.utd_ratio == 1000
+
+
+def test_the_printed_utd_limit_is_itself_accepted() -> None:
+    run = ["total_env_steps=1000000000"]
+    with pytest.raises(ConfigError, match=r"expected agent\.utd_ratio <= ([\d.]+), or fewer") as err:
+        load_config(None, run + ["agent.utd_ratio=100"])
+    limit = re.search(r"expected agent\.utd_ratio <= ([\d.]+),", str(err.value)).group(1)  # type: ignore[union-attr]
+    assert limit == "51.8"
+    assert load_config(None, run + [f"agent.utd_ratio={limit}"]).agent.utd_ratio == 51.8
+
+
+def test_legitimate_large_runs_are_accepted() -> None:
+    cfg = load_config(None, ["total_env_steps=1000000", "agent.utd_ratio=20"])
+    assert (cfg.total_env_steps, cfg.agent.utd_ratio) == (1_000_000, 20.0)
+    # An Isaac-style run: a billion env steps at a low ratio, and no learning at all (a random baseline).
+    load_config(None, ["total_env_steps=1000000000", "env.num_envs=4096", "agent.utd_ratio=0.05"])
+    load_config(None, ["total_env_steps=1000", "agent.learning_starts=5000"])
+    # MBPO Humanoid-sized: 400 rollouts per real transition up to 25 steps, 5 retained epochs, 300k steps.
+    load_config(None, ["model.enabled=true", "total_env_steps=300000", "model.rollout_schedule=[20,300,1,25]",
+                       "model.retain_epochs=5"])
+
+
+def test_impossible_env_step_budget_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^total_env_steps=1e16: at an optimistic 1e8 env steps/s that is 3 years, "
+                                          r"more than the 30-day limit; expected total_env_steps <= 2\.59e14$"):
+        load_config(None, ["total_env_steps=10000000000000000", "agent.utd_ratio=1e-9"])
+
+
+def test_impossible_model_budgets_are_refused_with_the_arithmetic() -> None:
+    long_rollouts = ["model.enabled=true", "model.rollout_schedule=[1,2,1,100000000]"]
+    with pytest.raises(ConfigError, match=r"^model\.rollouts_per_real=400 with a longest rollout of 100000000 .*"
+                                          r"= 20000 x 400 x 100000000 = 8e14 model rollout steps; at an optimistic 1e8 "
+                                          r"model steps/s that is 93 days, more than the 30-day limit; expected "
+                                          r"model\.rollouts_per_real <= 129 "):
+        load_config(None, long_rollouts)
+    # The same schedule costs nothing while the model is off.
+    assert not load_config(None, long_rollouts[1:]).model.enabled
+    with pytest.raises(ConfigError, match=r"^model\.rollouts_per_real=400 .* size the model buffer at "
+                                          r"rollouts_per_real x epoch_length x longest rollout x retain_epochs = "
+                                          r"400 x 1000 x 1 x 100000 = 4e10 transitions, more than the 2e9 .*"
+                                          r"e\.g\. model\.retain_epochs <= 5000$"):
+        load_config(None, ["model.enabled=true", "model.retain_epochs=100000"])
+    assert load_config(None, ["model.enabled=true", "model.retain_epochs=5000"]).model.retain_epochs == 5000
+    with pytest.raises(ConfigError, match=r"= 1e12 transitions, .*e\.g\. model\.rollouts_per_real <= 2000000$"):
+        load_config(None, ["model.enabled=true", "model.rollouts_per_real=1e9"])
