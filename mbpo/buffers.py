@@ -25,6 +25,7 @@ from mbpo.debug import check_indices
 __all__ = [
     "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "NEXT_OBS_VALID", "real_transitions", "TRANSITION_KEYS",
     "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches", "transitions", "replay_state", "load_replay_state",
+    "filled_rows", "as_tensordict",
 ]
 
 OBS = "obs"
@@ -72,15 +73,16 @@ def sample_batches(rb: ReplayBuffer, batch_size: int, count: int, check: bool = 
 
 
 def replay_state(rb: ReplayBuffer) -> dict:
-    """The filled part of a replay buffer plus writer and sampler RNG state, on CPU.
+    """The filled part of a replay buffer plus writer and sampler RNG state: CPU tensors and plain data.
 
-    torchrl's own ``state_dict`` saves the whole preallocated storage: 165 MB for
-    an empty 1M-transition HalfCheetah buffer. Storage order is kept, so uniform
-    sampling by index continues exactly after :func:`load_replay_state`.
+    The rows are copied out: on CPU ``rb[:n]`` is a view of the whole preallocated
+    storage, and ``torch.save`` of a view writes all of it (165 MB for an empty
+    1M-transition HalfCheetah buffer). Storage order is kept, so uniform sampling
+    by index continues exactly after :func:`load_replay_state`.
     """
     rng = rb._rng  # the generator given at construction (torchrl has no public getter)
     return {
-        "data": rb[: len(rb)].cpu() if len(rb) else None,
+        "data": filled_rows(rb[: len(rb)]) if len(rb) else None,
         "writer": dict(rb.writer.state_dict()),
         "generator": None if rng is None else rng.get_state(),
     }
@@ -89,10 +91,23 @@ def replay_state(rb: ReplayBuffer) -> dict:
 def load_replay_state(rb: ReplayBuffer, state: dict) -> None:
     """Refill ``rb`` (new, empty, same capacity) from :func:`replay_state`."""
     if state["data"] is not None:
-        rb.extend(state["data"].to(rb.storage.device))
+        rb.extend(as_tensordict(state["data"]).to(rb.storage.device))
     rb.writer.load_state_dict(state["writer"])
     if state["generator"] is not None:
         rb._rng.set_state(state["generator"])
+
+
+def filled_rows(data: TensorDictBase) -> dict[str, torch.Tensor]:
+    """``data`` as a dict of compact CPU tensors (a copy, never a view of a larger storage)."""
+    return {key: value.detach().to("cpu", copy=True).contiguous() for key, value in data.items()}
+
+
+def as_tensordict(data: dict[str, torch.Tensor] | TensorDictBase) -> TensorDictBase:
+    """Inverse of :func:`filled_rows` (older checkpoints hold a TensorDict already)."""
+    if isinstance(data, TensorDictBase):
+        return data
+    n = next(iter(data.values())).shape[0]
+    return TensorDict(dict(data), batch_size=[n])
 
 
 def real_transitions(
@@ -186,9 +201,15 @@ class ModelBuffer:
         return self._data[idx]
 
     def state_dict(self) -> dict:
+        """The filled rows only (rows ``[0, size)``: the ring starts at 0 and only wraps once full), so a
+        checkpoint grows with the rollouts held, not with the capacity."""
         return {"capacity": self.capacity, "cursor": self._cursor, "size": self._size,
-                "data": None if self._data is None else self._data.cpu()}
+                "data": None if self._data is None or self._size == 0 else filled_rows(self._data[: self._size])}
 
     def load_state_dict(self, state: dict) -> None:
         self.capacity, self._cursor, self._size = state["capacity"], state["cursor"], state["size"]
-        self._data = None if state["data"] is None else state["data"].to(self.device)
+        self._data = None
+        if state["data"] is not None:
+            rows = as_tensordict(state["data"]).to(self.device)
+            self._data = rows[:1].expand(self.capacity).clone()
+            self._data[: rows.shape[0]] = rows

@@ -1,25 +1,55 @@
-"""Atomic checkpoints: write a temp file, fsync, rename; keep the newest K.
+"""Checkpoint files: written atomically and read back before older ones go; loaded without running code.
 
-A crash in the middle of a write leaves the temp file behind, never a
-half-written checkpoint under a real name, so the previous checkpoint stays
-loadable. ``load_latest`` also steps back past a file that fails to load.
+A write goes to a temp file, is fsynced and renamed, so a crash never leaves a
+half-written checkpoint under a real name. Before the newest ``keep`` are
+pruned, the new file is read back: a checkpoint that does not load never
+replaces one that does. A checkpoint found unreadable is renamed ``*.corrupt``
+(no longer counted toward ``keep``) and the previous one is used.
+
+Files are loaded with ``torch.load(weights_only=True)``: tensors and plain
+Python data only, so a crafted file cannot run code. A file that needs more
+(an older mbpo checkpoint, or a malicious one) is refused with
+:class:`UnsafeCheckpointError` unless the caller explicitly trusts it.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import random
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-__all__ = ["save_checkpoint", "load_latest", "list_checkpoints", "capture_rng", "restore_rng", "cpu_copy"]
+from mbpo.errors import MbpoError
 
-PREFIX, SUFFIX = "ckpt_", ".pt"
+__all__ = [
+    "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps", "cpu_copy",
+    "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError", "FORMAT", "CORRUPT_SUFFIX",
+]
+
+PREFIX, SUFFIX, CORRUPT_SUFFIX = "ckpt_", ".pt", ".corrupt"
+FORMAT = 2
+"""2: tensors and plain data only (loads with weights_only=True); 1: held TensorDicts and global RNG states."""
+TRUST_HINT = ("Pass --trust-checkpoint only if you wrote this file yourself (for example with an older "
+              "mbpo): full unpickling runs any code the file contains.")
+
+
+class CheckpointError(MbpoError):
+    """A checkpoint that cannot be used: missing, unreadable, unsafe to load, or from another run."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """Loading the file would need full unpickling, which can run arbitrary code."""
+
+
+class ForeignCheckpointError(CheckpointError):
+    """The checkpoint belongs to another run than the run dir it was found in."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The file is not a readable checkpoint (truncated, overwritten, not written by torch.save)."""
 
 
 def cpu_copy(obj: Any) -> Any:
@@ -41,8 +71,15 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
 
 
+def checkpoint_steps(path: str | Path) -> int | None:
+    """The env steps a checkpoint's file name states, or None for a name we did not write."""
+    stem = Path(path).name[len(PREFIX):-len(SUFFIX)]
+    return int(stem) if Path(path).name.startswith(PREFIX) and stem.isdigit() else None
+
+
 def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:
-    """Write ``state`` as ``ckpt_<env_steps>.pt`` atomically, then prune all but the newest ``keep``."""
+    """Write ``state`` as ``ckpt_<env_steps>.pt`` atomically, read it back, then prune all but the newest
+    ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
@@ -56,44 +93,92 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
     finally:
         if tmp.exists():
             tmp.unlink()
+    _fsync_dir(directory)
+    try:
+        read_file(final)
+    except CheckpointError as exc:
+        bad = _mark_corrupt(final)
+        raise CorruptCheckpointError(f"the checkpoint just written did not read back ({exc}); renamed it to "
+                                     f"{bad.name} and kept every older checkpoint") from exc
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return final
 
 
-def load_latest(directory: str | Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict[str, Any]]:
-    """The newest checkpoint that loads; a corrupt newer one is skipped with a warning."""
-    candidates = list_checkpoints(directory)
-    if not candidates:
-        raise FileNotFoundError(f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")
-    for path in reversed(candidates):
-        try:
-            return path, load_checkpoint(path, map_location)
-        except Exception as exc:  # noqa: BLE001 - any unreadable file: fall back to the previous one
-            warnings.warn(f"checkpoint {path} could not be loaded ({exc}); trying the previous one", stacklevel=2)
-    raise RuntimeError(f"none of the {len(candidates)} checkpoints in {str(directory)!r} could be loaded")
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load one checkpoint file (our own format: numpy RNG state needs full unpickling)."""
-    return torch.load(path, map_location=map_location, weights_only=False)
-
-
-def capture_rng() -> dict[str, Any]:
-    """Every global RNG state: python, numpy, torch CPU and (if used) CUDA."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", trust: bool = False) -> dict[str, Any]:
+    """Load one mbpo checkpoint: tensors and plain data only, unless ``trust`` (older checkpoints)."""
+    state = read_file(path, map_location, trust)
+    if not isinstance(state, dict) or "config" not in state or "trainer" not in state:
+        keys = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{path} is not an mbpo checkpoint (it holds {keys}; expected the keys config, "
+                              "trainer, agent, ... that `python -m mbpo train` writes)")
     return state
 
 
-def restore_rng(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def read_file(path: str | Path, map_location: str | torch.device = "cpu", trust: bool = False) -> Any:
+    """``torch.load`` with ``weights_only=True`` (tensors and plain data), classifying what fails."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (or is not a file)")
+    if trust:
+        print(f"[mbpo] loading {path} with full unpickling (--trust-checkpoint): it can run any code the file "
+              "contains", file=sys.stderr)
+        return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types; we classify them
+        raise _classify(path, exc) from None
+
+
+def load_latest(
+    directory: str | Path, map_location: str | torch.device = "cpu", trust: bool = False,
+) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint that loads. An unreadable newer one is renamed ``*.corrupt`` (reported on
+    stderr) and the previous one is tried; an unsafe one stops the search (it is never skipped silently)."""
+    candidates = list_checkpoints(directory)
+    if not candidates:
+        raise CheckpointError(f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")
+    for path in reversed(candidates):
+        try:
+            return path, load_checkpoint(path, map_location, trust)
+        except CorruptCheckpointError as exc:
+            bad = _mark_corrupt(path)
+            print(f"[mbpo] {exc}; renamed it to {bad.name} (not counted toward checkpoint.keep) and trying "
+                  "the previous checkpoint", file=sys.stderr)
+    raise CheckpointError(f"none of the {len(candidates)} checkpoints in {str(directory)!r} could be loaded "
+                          f"(each was renamed *{CORRUPT_SUFFIX})")
+
+
+def _classify(path: Path, exc: Exception) -> CheckpointError:
+    """Unsafe (the pickle names code to run) or corrupt (not a readable torch.save file)."""
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 - not even a zip archive torch can list: corrupt
+        unsafe = []
+    if unsafe:
+        return UnsafeCheckpointError(
+            f"{path} needs full unpickling to load (it references {', '.join(unsafe[:5])}"
+            f"{', ...' if len(unsafe) > 5 else ''}), which can run arbitrary code, so it was not loaded; "
+            f"mbpo checkpoints hold only tensors and plain data. {TRUST_HINT}")
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return CorruptCheckpointError(f"checkpoint {path} is unreadable ({first_line})")
+
+
+def _mark_corrupt(path: Path) -> Path:
+    bad = path.with_name(path.name + CORRUPT_SUFFIX)
+    os.replace(path, bad)
+    return bad
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

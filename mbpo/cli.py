@@ -26,11 +26,16 @@ import torch
 import envs
 from mbpo.logs import quiet_torchrl
 from envs import random_actions
+from mbpo.checkpoint import list_checkpoints
 from mbpo.config import ConfigError, describe, load_config
+from mbpo.errors import MbpoError
+from mbpo.run_dir import RunLock
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TRUST_HELP = ("load a checkpoint that needs full unpickling (one written by an older mbpo); that runs any code "
+              "the file contains, so use it only for files you wrote yourself")
 
 
 def _config_path(path: str) -> Path:
@@ -49,32 +54,39 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir.mkdir(parents=True, exist_ok=False)
         config.run_dir = str(run_dir)
     run_dir = Path(config.run_dir)
-    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
-        raise SystemExit(f"error: {run_dir} already holds a run with checkpoints; continue it with "
-                         f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-    if args.debug or os.environ.get("MBPO_DEBUG") == "1":
-        config.debug = True
-    mode = "MBPO-" if config.model.enabled else ""
-    print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id} "
-          f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
-    trainer = make_trainer(config, run_dir)
-    row = trainer.run()
+    with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
+        if list_checkpoints(run_dir / "checkpoints"):
+            raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
+                            f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+        if args.debug or os.environ.get("MBPO_DEBUG") == "1":
+            config.debug = True
+        mode = "MBPO-" if config.model.enabled else ""
+        print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id} "
+              f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
+        trainer = make_trainer(config, run_dir)
+        row = trainer.run()
     print(json.dumps({"run_dir": str(run_dir), **row}))
     return getattr(trainer, "exit_code", 0)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from mbpo.metrics import MetricsLogger
-    from mbpo.trainers import resume_trainer
+    from mbpo.trainers import RunAlreadyDone, resume_trainer
 
-    trainer = resume_trainer(args.run_dir, args.overrides)
-    print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps", file=sys.stderr)
-    logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
-                           resume_at=trainer.env_steps)
-    try:
-        row = trainer.run(logger)
-    finally:
-        logger.close()
+    with RunLock(args.run_dir):  # held from before the checkpoint is read until the run ends
+        try:
+            trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint)
+        except RunAlreadyDone as done:
+            print(f"[mbpo] {done}", file=sys.stderr)
+            return 0
+        print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps "
+              f"(from {trainer.resumed_from.path.name})", file=sys.stderr)
+        logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
+                               resume_at=trainer.env_steps)
+        try:
+            row = trainer.run(logger)
+        finally:
+            logger.close()
     print(json.dumps({"run_dir": str(args.run_dir), **row}))
     return getattr(trainer, "exit_code", 0)
 
@@ -86,7 +98,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.devices import DevicePlan
     from mbpo.evaluation import evaluate
 
-    state = load_checkpoint(args.checkpoint)
+    state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
     env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed)
@@ -157,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--device", default=None, help="default: the run's device")
     ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     ev.set_defaults(fn=cmd_eval)
     re_ = sub.add_parser("resume", help="continue a run from its newest loadable checkpoint")
     re_.add_argument("run_dir")
     re_.add_argument("overrides", nargs="*", help="e.g. total_env_steps=50000 to train longer")
+    re_.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     re_.set_defaults(fn=cmd_resume)
     pl = sub.add_parser("plot", help="write RUN_DIR/learning_curve.png (needs the plots extra)")
     pl.add_argument("run_dir")
@@ -195,4 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    except MbpoError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
         return 2

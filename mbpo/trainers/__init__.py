@@ -7,10 +7,10 @@ from pathlib import Path
 
 from mbpo.config import Config
 from mbpo.trainers.async_trainer import AsyncTrainer
-from mbpo.trainers.base import Trainer
+from mbpo.trainers.base import RunAlreadyDone, Trainer, load_for_resume
 from mbpo.trainers.sync_trainer import SyncTrainer
 
-__all__ = ["AsyncTrainer", "SyncTrainer", "Trainer", "trainer_class", "make_trainer", "resume_trainer"]
+__all__ = ["AsyncTrainer", "SyncTrainer", "Trainer", "RunAlreadyDone", "trainer_class", "make_trainer", "resume_trainer"]
 
 
 def trainer_class(config: Config) -> type[Trainer]:
@@ -18,13 +18,10 @@ def trainer_class(config: Config) -> type[Trainer]:
     return AsyncTrainer if config.trainer == "async" else SyncTrainer
 
 
-def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
-    """Resume ``run_dir`` with the trainer its checkpoint's config names."""
-    from mbpo.checkpoint import load_latest
-    from mbpo.config import config_from_yaml
-
-    _, state = load_latest(Path(run_dir) / "checkpoints")
-    return trainer_class(config_from_yaml(state["config"])).resume(run_dir, overrides)
+def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> Trainer:
+    """Resume ``run_dir`` with the trainer its checkpoint's config names (the checkpoint is read once)."""
+    point = load_for_resume(run_dir, overrides, trust)
+    return trainer_class(point.config).resume(run_dir, overrides, trust, point=point)
 
 
 def make_trainer(config: Config, run_dir: str | Path) -> Trainer:

@@ -33,7 +33,7 @@ import torch
 import envs
 from mbpo.agents import make_agent
 from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS
-from mbpo.config import Config, to_yaml
+from mbpo.config import Config
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
 from mbpo.evaluation import evaluate
@@ -132,12 +132,19 @@ class AsyncTrainer(Trainer):
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
         """Train until ``total_env_steps`` (or a stop signal); write the final checkpoint; return the last row."""
         cfg = self.config
+        try:
+            self._open_run_dir()
+        except BaseException:
+            self.close()
+            raise
         own_logger = logger is None
-        logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
-                                         resume_at=self.env_steps or None)
+        try:
+            logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
+                                             resume_at=self.env_steps or None)
+        except BaseException:
+            self.close()
+            raise
         self._logger = logger
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
         anomaly = torch.is_anomaly_enabled()
         torch.set_num_threads(cfg.runtime.learner_threads)
         if cfg.debug:
@@ -396,10 +403,13 @@ class AsyncTrainer(Trainer):
             worker.hold.clear()
 
     def close(self) -> None:
-        """Stop and join every thread and close every env. Idempotent."""
+        """Stop and join every thread, close every env and release the run dir. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._shutdown()
-        self.pool.close()  # closes every collector's env
-        self.eval_env.close()
+        try:
+            self._shutdown()
+            self.pool.close()  # closes every collector's env
+            self.eval_env.close()
+        finally:
+            self._close_run_dir()

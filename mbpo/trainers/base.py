@@ -19,18 +19,20 @@ import torch
 import envs
 from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sample_batches
-from mbpo.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
+from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
 from mbpo.devices import DevicePlan
+from mbpo.errors import MbpoError
 from mbpo.model_based import ModelBased
+from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
 
-__all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "RESUMABLE_OVERRIDES"]
+__all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "load_for_resume", "RunAlreadyDone",
+           "ResumePoint", "RESUMABLE_OVERRIDES"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
 EVAL_SEED_OFFSET = 1_000_003
 STREAMS = ("env", "eval_env", "actions", "replay", "agent", "model")
 DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
-RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
 
 
 def stream_seeds(seed: int) -> dict[str, int]:
@@ -44,6 +46,11 @@ def stream_seeds(seed: int) -> dict[str, int]:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed the process-global generators, for third-party code that draws from them (some simulators do).
+
+    Nothing of ours reads them: every stream of the trainer has its own generator,
+    so building an env that reseeds the globals (mjlab does) changes no draw of ours.
+    """
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -68,6 +75,10 @@ class Trainer:
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
         self.seeds = stream_seeds(config.seed)
+        self.identity = RunIdentity.new(config)
+        """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
+        self.resumed_from: ResumePoint | None = None
+        self._lock = RunLock(self.run_dir)
         self.env = self._make_env()
         try:
             self._build_learner(config, device)
@@ -167,14 +178,14 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "format": 1,
+            "format": FORMAT,
+            "identity": self.identity.as_dict(),
             "config": to_yaml(self.config),
             "trainer": self._trainer_state(),
             "env": None,
             "agent": self.agent.state_dict(),
             "buffer": replay_state(self.buffer),
             "model": None if self.model is None else self.model.state_dict(),
-            "rng": capture_rng(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -187,28 +198,85 @@ class Trainer:
         load_replay_state(self.buffer, state["buffer"])
         if self.model is not None:
             self.model.load_state_dict(state["model"])
-        restore_rng(state["rng"])
+        identity = RunIdentity.from_dict(state.get("identity"))
+        if identity is not None:
+            self.identity = identity
 
     def save(self, state: dict[str, Any] | None = None) -> Path:
         """Write ``state`` (default: :meth:`state_dict`) as the checkpoint of the current env step."""
         return save_checkpoint(self.run_dir / "checkpoints", self.env_steps,
                                self.state_dict() if state is None else state, self.config.checkpoint.keep)
 
+    def _open_run_dir(self) -> None:
+        """Take the run dir's lock for the whole run, then record what this run is: identity and starting
+        config for a new run, one ``resumes.yaml`` entry for a resumed one."""
+        self._lock.acquire()
+        try:
+            if self.resumed_from is None:
+                if self.env_steps == 0:
+                    self.identity.write(self.run_dir, self.config)
+                    write_config(self.run_dir, to_yaml(self.config))
+            else:
+                if RunIdentity.read(self.run_dir) is None:  # an older run dir: record the identity from now on
+                    self.identity.write(self.run_dir, self.config)
+                log_resume(self.run_dir, self.env_steps, self.resumed_from.path.name, self.resumed_from.overrides)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _close_run_dir(self) -> None:
+        self._lock.release()
+
     @classmethod
-    def resume(cls, run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
+    def resume(cls, run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False,
+               point: ResumePoint | None = None) -> Trainer:
         """Rebuild the run in ``run_dir`` from its newest loadable checkpoint and that checkpoint's config.
 
         Only keys that do not change what was built may be overridden (how long
         and how often: ``RESUMABLE_OVERRIDES``); anything else is a ConfigError.
+        Raises :class:`RunAlreadyDone` for a run that has nothing left to do.
         """
-        run_dir = Path(run_dir)
-        for item in overrides or []:
-            key = item.split("=", 1)[0]
-            if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
-                raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
-                                  f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
-        _, state = load_latest(run_dir / "checkpoints")
-        config = config_from_yaml(state["config"], overrides)
-        trainer = cls(config, run_dir)
-        trainer.load_state_dict(state)
+        point = point or load_for_resume(run_dir, overrides, trust)
+        trainer = cls(point.config, point.run_dir)
+        trainer.load_state_dict(point.state)
+        trainer.resumed_from = point
         return trainer
+
+
+class RunAlreadyDone(MbpoError):
+    """Resume of a run that has already reached its ``total_env_steps``: nothing to do, nothing written."""
+
+
+class ResumePoint:
+    """A checkpoint chosen to resume from, checked against its run dir, with the config it resumes with."""
+
+    def __init__(self, run_dir: Path, path: Path, state: dict[str, Any], config: Config, overrides: list[str]):
+        self.run_dir, self.path, self.state, self.config, self.overrides = run_dir, path, state, config, overrides
+
+
+def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> ResumePoint:
+    """Load the newest checkpoint of ``run_dir`` once and check it: it must be this run's (identity, env
+    steps against its name), the overrides may only change run length and cadence, and there must be
+    steps left to take (a shorter ``total_env_steps`` than already reached is refused)."""
+    run_dir, overrides = Path(run_dir), list(overrides or [])
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
+            raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
+                              f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
+    if not run_dir.is_dir():
+        raise MbpoError(f"run dir {str(run_dir)!r} does not exist; expected a directory written by "
+                        "`python -m mbpo train`")
+    path, state = load_latest(run_dir / "checkpoints", trust=trust)
+    check_belongs(run_dir, path, state)
+    config = config_from_yaml(state["config"], overrides)
+    config.run_dir = str(run_dir)
+    steps = int(state["trainer"]["env_steps"])
+    if config.total_env_steps < steps:
+        raise ConfigError(f"total_env_steps={config.total_env_steps} is below the {steps} env steps {run_dir} has "
+                          f"already taken; expected total_env_steps > {steps} to train longer")
+    if steps >= config.total_env_steps:
+        raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
+                             f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
+                             f"total_env_steps=<more than {steps}>")
+    return ResumePoint(run_dir, path, state, config, overrides)

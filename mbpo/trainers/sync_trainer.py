@@ -24,12 +24,12 @@ import torch
 
 import envs
 from mbpo.buffers import real_transitions
-from mbpo.config import Config, to_yaml
+from mbpo.config import Config
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
-from mbpo.trainers.base import RESUMABLE_OVERRIDES, Trainer, crossed, seed_everything, stream_seeds
+from mbpo.trainers.base import Trainer, crossed, stream_seeds
 
-__all__ = ["SyncTrainer", "seed_everything", "stream_seeds", "RESUMABLE_OVERRIDES"]
+__all__ = ["SyncTrainer", "stream_seeds"]
 
 
 class SyncTrainer(Trainer):
@@ -50,53 +50,57 @@ class SyncTrainer(Trainer):
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
         """Train until ``total_env_steps``; write the final checkpoint; return the last metrics row."""
         cfg = self.config
+        self._open_run_dir()
         own_logger = logger is None
-        logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
-                                         resume_at=self.env_steps or None)  # a resumed run keeps its rows
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(cfg))  # the config in effect, resumes included
+        try:
+            logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
+                                             resume_at=self.env_steps or None)  # a resumed run keeps its rows
+            return self._run(logger)
+        finally:
+            if own_logger and logger is not None:
+                logger.close()
+            self._close_run_dir()
+
+    def _run(self, logger: MetricsLogger) -> dict[str, Any]:
+        cfg = self.config
         if self._obs is None:
             self._obs = self.env.reset()
         n = self.env.num_envs
         start, start_steps, start_updates = time.perf_counter(), self.env_steps, self.agent.num_updates
         row: dict[str, Any] = {}
-        try:
-            while self.env_steps < cfg.total_env_steps:
-                before = self.env_steps
-                self._collect_step()
-                if self.model is not None:
-                    self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
-                if self.env_steps >= cfg.agent.learning_starts:
-                    self.learning_env_steps += n
-                    due = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
-                    for batch in self.policy_batches(due):
-                        self.agent.update(batch)  # metrics: pop_metrics() at log time
-                    self.updates_issued += due
-                evaluated = crossed(before, self.env_steps, cfg.eval_every)
-                if evaluated:
-                    returns = evaluate(self.agent, self.eval_env, self.eval_seed())
-                    self.last_eval_return = float(np.mean(returns))
-                elapsed = time.perf_counter() - start
-                rates = {
-                    "env_steps_per_s": (self.env_steps - start_steps) / max(elapsed, 1e-9),
-                    "updates_per_s": (self.agent.num_updates - start_updates) / max(elapsed, 1e-9),
-                }
-                done = self.env_steps >= cfg.total_env_steps
-                if evaluated or done or crossed(before, self.env_steps, cfg.log_every):
-                    row = self._row(self.wall_s + elapsed, rates, evaluated)
-                    logger.log(row)
-                if crossed(before, self.env_steps, cfg.checkpoint.every) or done:
-                    self.wall_s += time.perf_counter() - start
-                    start = time.perf_counter()
-                    start_steps, start_updates = self.env_steps, self.agent.num_updates
-                    self.save()
-                logger.progress(self.env_steps, {
-                    "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
-                    "upd/s": rates["updates_per_s"],
-                })
-        finally:
-            if own_logger:
-                logger.close()
+        while self.env_steps < cfg.total_env_steps:
+            before = self.env_steps
+            self._collect_step()
+            if self.model is not None:
+                self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
+            if self.env_steps >= cfg.agent.learning_starts:
+                self.learning_env_steps += n
+                due = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
+                for batch in self.policy_batches(due):
+                    self.agent.update(batch)  # metrics: pop_metrics() at log time
+                self.updates_issued += due
+            evaluated = crossed(before, self.env_steps, cfg.eval_every)
+            if evaluated:
+                returns = evaluate(self.agent, self.eval_env, self.eval_seed())
+                self.last_eval_return = float(np.mean(returns))
+            elapsed = time.perf_counter() - start
+            rates = {
+                "env_steps_per_s": (self.env_steps - start_steps) / max(elapsed, 1e-9),
+                "updates_per_s": (self.agent.num_updates - start_updates) / max(elapsed, 1e-9),
+            }
+            done = self.env_steps >= cfg.total_env_steps
+            if evaluated or done or crossed(before, self.env_steps, cfg.log_every):
+                row = self._row(self.wall_s + elapsed, rates, evaluated)
+                logger.log(row)
+            if crossed(before, self.env_steps, cfg.checkpoint.every) or done:
+                self.wall_s += time.perf_counter() - start
+                start = time.perf_counter()
+                start_steps, start_updates = self.env_steps, self.agent.num_updates
+                self.save()
+            logger.progress(self.env_steps, {
+                "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
+                "upd/s": rates["updates_per_s"],
+            })
         return row
 
     def _collect_step(self) -> None:

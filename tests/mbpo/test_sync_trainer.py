@@ -114,7 +114,6 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
     assert resumed.env_steps == 300
     resumed.run()
     a, b = tensors(full.state_dict()), tensors(resumed.state_dict())
-    a = {k: v for k, v in a.items() if not k.startswith(".rng")}  # global RNGs differ by test order only
     assert a.keys() <= b.keys()
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
     if variant == "mbpo":
@@ -134,12 +133,46 @@ def test_rng_streams_get_independent_seeds(tmp_path: Path) -> None:
     assert not torch.allclose(first_states, first_actions)  # same draws would make these equal
 
 
-def test_checkpoint_holds_only_filled_transitions(tmp_path: Path) -> None:
-    from mbpo.buffers import replay_state
+def test_checkpoint_size_grows_with_the_transitions_held_not_the_capacity(tmp_path: Path) -> None:
+    sizes = []
+    for steps in (100, 200):
+        run = tmp_path / str(steps)
+        SyncTrainer(tiny(run, "agent.buffer_size=1000000", f"total_env_steps={steps}", "agent.learning_starts=400"),
+                    run).run()
+        sizes.append((run / f"checkpoints/ckpt_{steps:012d}.pt").stat().st_size)
+    per_transition = (sizes[1] - sizes[0]) / 100
+    assert 0 < per_transition < 100  # obs, action, reward, next_obs, flags of one Pendulum step: ~45 bytes
+    assert sizes[0] < 200_000  # the preallocated 1M-transition storage alone is ~40 MB
 
-    trainer = SyncTrainer(tiny(tmp_path, "agent.buffer_size=1000000", "total_env_steps=50"), tmp_path)
-    trainer.run()
-    assert replay_state(trainer.buffer)["data"].shape == (50,)
+
+def test_the_trainers_draws_ignore_the_process_global_rngs(tmp_path: Path) -> None:
+    """Replay sampling, learner noise, model training and rollouts each have their own generator: reseeding
+    the globals in between (mjlab's env construction does) changes no parameter of a run."""
+    import random
+
+    import numpy as np
+
+    def run(name: str, reseed: bool) -> dict[str, torch.Tensor]:
+        trainer = SyncTrainer(tiny(tmp_path / name, *VARIANTS["mbpo"]), tmp_path / name)
+        update = trainer.agent.update
+
+        def update_after_reseeding(batch: object) -> object:
+            random.seed(trainer.agent.num_updates)
+            np.random.seed(trainer.agent.num_updates)
+            torch.manual_seed(trainer.agent.num_updates)
+            return update(batch)
+
+        if reseed:  # as if an mjlab env were built now (mjlab.utils.random.seed_rng seeds exactly these)
+            random.seed(7)
+            np.random.seed(7)
+            torch.manual_seed(7)
+            trainer.agent.update = update_after_reseeding
+        trainer.run()
+        return tensors(trainer.state_dict())
+
+    plain, reseeded = run("plain", False), run("reseeded", True)
+    assert plain.keys() == reseeded.keys()
+    assert [k for k in plain if not torch.equal(plain[k], reseeded[k])] == []
 
 
 def test_drawing_batches_ahead_changes_no_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
