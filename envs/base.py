@@ -2,7 +2,13 @@
 
 Everything the trainer touches is a batched torch tensor on ``env.device``:
 
-* ``reset(seed=None) -> obs``: ``(num_envs, obs_dim)`` float32.
+* ``reset(seed=None, env_ids=None) -> obs``: ``(num_envs, obs_dim)`` float32.
+  ``env_ids=None`` resets every env. A partial reset, ``env_ids`` = int64 indices
+  (Isaac Lab / mjlab convention) or a bool mask ``(num_envs,)`` on any device,
+  starts a new episode in those envs only; the others keep their state, step
+  counters and RNG, and their rows of the returned obs are their current
+  observation. ``seed`` applies to full resets only (with ``env_ids`` it is a
+  ValueError); an empty ``env_ids`` is a no-op. :func:`resolve_env_ids` checks them.
 * ``step(actions) -> (obs, reward, terminated, truncated, info)``:
   ``reward`` float32 ``(num_envs,)``; ``terminated``/``truncated`` bool ``(num_envs,)``.
 * Auto-reset is same-step: for a finished env, ``obs`` is already the first
@@ -30,7 +36,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs", "random_actions"]
+__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs", "random_actions",
+           "resolve_env_ids"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -56,8 +63,16 @@ class VecEnv(ABC):
     """Steps taken in each env's current episode, int64 ``(num_envs,)``."""
 
     @abstractmethod
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset every env; with ``seed``, re-seed first. Returns the observations."""
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Start new episodes; returns the observations of all envs, ``(num_envs, obs_dim)``.
+
+        ``env_ids=None``: reset every env, re-seeding first when given ``seed``.
+        ``env_ids`` (int64 indices or a bool mask ``(num_envs,)``, any device):
+        reset only those envs (their ``episode_steps`` go to 0) and leave the
+        others untouched; their rows are their current observation. ``seed`` with
+        ``env_ids`` is a ValueError; an empty ``env_ids`` changes nothing.
+        Implementations validate ``env_ids`` with :func:`resolve_env_ids`.
+        """
 
     @abstractmethod
     def step(self, actions: torch.Tensor) -> StepResult:
@@ -172,3 +187,37 @@ def check_actions(
                 f"action for env {idx} is not finite ({actions[idx].tolist()}); "
                 "the policy produced NaN or inf"
             )
+
+
+def resolve_env_ids(
+    env_ids: Any, num_envs: int, device: torch.device, seed: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a partial reset's ``env_ids``; return ``(mask, ids)`` on ``device``.
+
+    ``mask`` is bool ``(num_envs,)``; ``ids`` the sorted, unique int64 indices
+    where it is True (empty for an empty ``env_ids``). Reads the ids back to the
+    host to range-check them: a partial reset is rare, not on the hot path.
+    """
+    expected = f"int64 env indices in [0, {num_envs - 1}] or a bool mask of shape ({num_envs},)"
+    if seed is not None:
+        raise ValueError(
+            f"reset(seed={seed}, env_ids=...) is not allowed: seeding applies to full resets only; "
+            "call reset(seed=...) without env_ids, or reset(env_ids=...) without a seed"
+        )
+    if not isinstance(env_ids, torch.Tensor):
+        raise ValueError(f"env_ids must be a torch.Tensor of {expected}, got {type(env_ids).__name__}")
+    if env_ids.dtype == torch.bool:
+        if tuple(env_ids.shape) != (num_envs,):
+            raise ValueError(f"env_ids bool mask must have shape ({num_envs},), got {tuple(env_ids.shape)}")
+        mask = env_ids.to(device)
+    elif env_ids.dtype == torch.int64:
+        if env_ids.dim() != 1:
+            raise ValueError(f"env_ids indices must be 1-D ({expected}), got shape {tuple(env_ids.shape)}")
+        bad = env_ids[(env_ids < 0) | (env_ids >= num_envs)]
+        if bad.numel():
+            raise ValueError(f"env_ids {bad.tolist()} out of range: expected {expected}")
+        mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        mask[env_ids.to(device)] = True
+    else:
+        raise ValueError(f"env_ids must be {expected}, got dtype {env_ids.dtype}")
+    return mask, mask.nonzero().squeeze(-1)

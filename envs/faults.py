@@ -54,8 +54,8 @@ class FaultyEnv(VecEnv):
     def episode_steps(self) -> torch.Tensor:  # type: ignore[override]
         return self.env.episode_steps
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        return self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.env.reset(seed=seed, env_ids=env_ids)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.steps += 1

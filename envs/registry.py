@@ -12,7 +12,11 @@ from envs.base import VecEnv, check_num_envs
 from envs.classic import TASKS, TOY_TASKS, ClassicVecEnv
 from envs.device import resolve_device
 
-__all__ = ["make", "list_envs", "UnknownEnvError"]
+__all__ = ["make", "list_envs", "UnknownEnvError", "SOURCES"]
+
+SOURCES = ("auto", "native", "gymnasium")
+"""Which implementation ``make`` builds: ``auto`` (native if there is one), only ``native``, or only
+``gymnasium``'s (e.g. CPU-bound ``CartPole-v1`` for the process backend, although a native one exists)."""
 
 
 class UnknownEnvError(KeyError):
@@ -35,6 +39,7 @@ def make(
     num_envs: int,
     device: str | torch.device = "cpu",
     seed: int | None = None,
+    source: str = "auto",
     **kwargs: Any,
 ) -> VecEnv:
     """Build ``num_envs`` copies of ``env_id`` whose tensors live on ``device``.
@@ -45,15 +50,25 @@ def make(
     and hands its tensors over on ``device``; ``kwargs`` go to ``gym.make``
     except ``vectorization_mode`` and ``validate_actions``. ``Mjlab-`` ids build
     mjlab's registered task (the ``mjlab`` extra), see ``envs.adapters.mjlab_tasks``.
+    ``source`` picks the implementation of an id that has both (see ``SOURCES``).
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string such as 'Pendulum-v1', got {type(env_id).__name__}")
+    if source not in SOURCES:
+        raise ValueError(f"source={source!r} is not allowed; expected one of {', '.join(SOURCES)}")
     num_envs = check_num_envs(num_envs)
     device = resolve_device(device)
-    if env_id in TASKS or env_id in TOY_TASKS:
+    native = env_id in TASKS or env_id in TOY_TASKS
+    if source == "native" and not native:
+        raise UnknownEnvError(f"{env_id!r} has no native torch implementation (source=native); native ids: "
+                              f"{', '.join(list_envs(include_toy=True))}; use source=auto or gymnasium")
+    if source == "gymnasium" and env_id not in gym.registry:
+        raise UnknownEnvError(f"{env_id!r} is not a registered gymnasium id (source=gymnasium); use source=auto "
+                              "or native")
+    if native and source != "gymnasium":
         task = TASKS.get(env_id) or TOY_TASKS[env_id]
         return ClassicVecEnv(task, num_envs, device=device, seed=seed, **kwargs)
-    if env_id.startswith("Mjlab-"):
+    if env_id.startswith("Mjlab-") and source == "auto":
         from envs.adapters.mjlab_tasks import make_mjlab
 
         return make_mjlab(env_id, num_envs, device=device, seed=seed, **kwargs)

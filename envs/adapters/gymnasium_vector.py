@@ -17,6 +17,10 @@ modes (``vector_env.metadata["autoreset_mode"]``):
 * ``NEXT_STEP`` (gymnasium's default) returns the final observation and resets
   on the *following* call, which cannot be turned into same-step semantics, so
   it is rejected with an explanation.
+
+A partial ``reset(env_ids=...)`` is ``reset(options={"reset_mask": mask})`` in
+both accepted modes, for ``SyncVectorEnv`` and ``AsyncVectorEnv`` alike: only the
+masked sub-envs reset; the others keep running.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from envs.base import StepResult, VecEnv, check_actions, check_num_envs
+from envs.base import StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
 from envs.device import resolve_device
 
 __all__ = ["GymnasiumVecEnv"]
@@ -63,7 +67,7 @@ class GymnasiumVecEnv(VecEnv):
         self.max_episode_steps = _max_episode_steps(spec)
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._pending_seed = seed
-        self._started = False
+        self._obs: torch.Tensor | None = None  # what the last step/reset returned: None until reset
         self._closed = False
 
     @classmethod
@@ -101,21 +105,36 @@ class GymnasiumVecEnv(VecEnv):
             vector_env.close()
             raise
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset all envs; seed ``s`` seeds env ``i`` with ``s + i`` (gymnasium's rule)."""
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset all envs (seed ``s`` seeds env ``i`` with ``s + i``, gymnasium's rule), or just ``env_ids``."""
         self._check_open()
+        if env_ids is not None:
+            return self._reset_ids(env_ids, seed)
         if seed is None:  # the constructor's seed applies to the first reset only
             seed, self._pending_seed = self._pending_seed, None
         else:
             self._pending_seed = None
         obs, _ = self.vector_env.reset(seed=None if seed is None else int(seed))
         self.episode_steps.zero_()
-        self._started = True
-        return self._to_device(obs)
+        self._obs = self._to_device(np.array(obs, dtype=np.float32))
+        return self._obs
+
+    def _reset_ids(self, env_ids: torch.Tensor, seed: int | None) -> torch.Tensor:
+        mask, _ = resolve_env_ids(env_ids, self.num_envs, self.device, seed)
+        if self._obs is None:
+            raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'}: call reset() before reset(env_ids=...)")
+        mask_np = mask.cpu().numpy()
+        if mask_np.any():  # gymnasium rejects an all-False reset_mask
+            fresh, _ = self.vector_env.reset(options={"reset_mask": mask_np})
+            fresh_t = self._to_device(np.array(fresh, dtype=np.float32))
+            # the other rows stay the obs we handed out, whatever the vector env echoes for them
+            self._obs = torch.where(mask.unsqueeze(-1), fresh_t, self._obs)
+            self.episode_steps = torch.where(mask, torch.zeros_like(self.episode_steps), self.episode_steps)
+        return self._obs
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self._check_open()
-        if not self._started:
+        if self._obs is None:
             raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'}: call reset() before step()")
         check_actions(actions, self.action_space, self.num_envs, self.device, self.validate_actions)
         np_actions = actions.detach().cpu().numpy().astype(self.action_space.dtype, copy=False)
@@ -136,8 +155,9 @@ class GymnasiumVecEnv(VecEnv):
         steps = self.episode_steps + 1
         done_t = self._to_device(done)
         self.episode_steps = torch.where(done_t, torch.zeros_like(steps), steps)
+        self._obs = self._to_device(obs)
         return (
-            self._to_device(obs),
+            self._obs,
             self._to_device(np.asarray(reward, dtype=np.float32)),
             self._to_device(terminated),
             self._to_device(truncated),

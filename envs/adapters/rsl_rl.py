@@ -15,19 +15,24 @@ observation. When the env hands it over in ``extras["final_obs"]`` (Isaac Lab's
 post-reset observation as a placeholder and ``final_obs_valid`` is ``~done``:
 False exactly for the finished envs whose last observation is unknown
 (``mbpo.buffers.real_transitions`` says what the trainers make of those rows).
+
+A partial ``reset(env_ids=...)`` goes to the env's ``unwrapped.reset(env_ids=...)``
+(Isaac Lab's ``ManagerBasedRLEnv``, mjlab's ``ManagerBasedRlEnv``; rsl_rl's own
+contract has no reset), or to the env's ``reset(env_ids=...)`` if that takes them.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.base import StepResult, VecEnv, check_actions
+from envs.base import StepResult, VecEnv, check_actions, resolve_env_ids
 
 __all__ = ["RslRlVecEnv", "from_rsl_rl"]
 
@@ -105,6 +110,7 @@ class RslRlVecEnv(VecEnv):
         self.max_episode_steps = None if limit is None else int(torch.as_tensor(limit).max())
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._pending_seed = seed  # applied at the first reset, like the gymnasium adapter
+        self._last_obs: torch.Tensor | None = None  # what the last step/reset returned: None until reset
         self._closed = False
 
     def _obs(self, raw: Any, what: str) -> torch.Tensor:
@@ -123,8 +129,10 @@ class RslRlVecEnv(VecEnv):
             raise ValueError(f"step() returned {name} of shape {tuple(x.shape)}; expected ({self.num_envs},)")
         return x.reshape(self.num_envs)
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset every env (re-seeding through the env's ``seed()`` first, when given a seed)."""
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset every env (re-seeding through the env's ``seed()`` first, when given a seed), or just ``env_ids``."""
+        if env_ids is not None:
+            return self._reset_ids(env_ids, seed)
         if seed is None:
             seed, self._pending_seed = self._pending_seed, None
         else:
@@ -141,7 +149,32 @@ class RslRlVecEnv(VecEnv):
         if callable(getattr(self.env, "reset", None)):  # not in rsl_rl's contract, but Isaac Lab/mjlab have it
             self.env.reset()
         self.episode_steps.zero_()
-        return self._obs(self.env.get_observations(), "get_observations()")
+        self._last_obs = self._obs(self.env.get_observations(), "get_observations()")
+        return self._last_obs
+
+    def _reset_ids(self, env_ids: torch.Tensor, seed: int | None) -> torch.Tensor:
+        mask, ids = resolve_env_ids(env_ids, self.num_envs, self.device, seed)
+        partial_reset = self._partial_reset()
+        if self._last_obs is None:
+            raise RuntimeError("call reset() before reset(env_ids=...)")
+        if ids.numel():
+            partial_reset(env_ids=ids)
+            fresh = self._obs(self.env.get_observations(), "get_observations()")
+            # the other rows stay the obs we handed out: recomputing them could redraw observation noise
+            self._last_obs = torch.where(mask.unsqueeze(-1), fresh, self._last_obs)
+            self.episode_steps = torch.where(mask, torch.zeros_like(self.episode_steps), self.episode_steps)
+        return self._last_obs
+
+    def _partial_reset(self) -> Callable[..., Any]:
+        """``reset(env_ids=...)`` of the env underneath, or NotImplementedError saying what it lacks."""
+        for owner in (getattr(self.env, "unwrapped", None), self.env):
+            reset = getattr(owner, "reset", None)
+            if callable(reset) and _takes_env_ids(reset):
+                return reset
+        raise NotImplementedError(
+            f"{type(self.env).__name__} offers no partial reset: neither env.unwrapped.reset nor env.reset "
+            "takes env_ids (Isaac Lab's and mjlab's manager-based envs do); only a full reset() is possible"
+        )
 
     def step(self, actions: torch.Tensor) -> StepResult:
         check_actions(actions, self.action_space, self.num_envs, self.device, self.validate_actions)
@@ -168,6 +201,7 @@ class RslRlVecEnv(VecEnv):
             final_obs = torch.where(done.unsqueeze(-1), self._obs(provided, 'extras["final_obs"]'), obs)
             valid = torch.ones_like(done)
         self.episode_steps = torch.where(done, torch.zeros_like(self.episode_steps), self.episode_steps + 1)
+        self._last_obs = obs
         return obs, reward, terminated, truncated, {"final_obs": final_obs, "final_obs_valid": valid}
 
     def close(self) -> None:
@@ -175,6 +209,14 @@ class RslRlVecEnv(VecEnv):
             self._closed = True
             if callable(getattr(self.env, "close", None)):
                 self.env.close()
+
+
+def _takes_env_ids(fn: Callable) -> bool:
+    """Whether ``fn`` names an ``env_ids`` parameter (a bare ``**kwargs`` might drop it and reset everything)."""
+    try:
+        return "env_ids" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no introspectable signature
+        return False
 
 
 def from_rsl_rl(

@@ -33,7 +33,7 @@ from torchrl.data import (
 )
 from torchrl.envs import EnvBase
 
-from envs.base import StepResult, VecEnv, check_actions
+from envs.base import StepResult, VecEnv, check_actions, resolve_env_ids
 
 __all__ = ["VecEnvTorchRL", "TorchRLVecEnv", "to_torchrl", "from_torchrl"]
 
@@ -41,11 +41,11 @@ __all__ = ["VecEnvTorchRL", "TorchRLVecEnv", "to_torchrl", "from_torchrl"]
 class VecEnvTorchRL(EnvBase):
     """One of our VecEnvs seen as a batched torchrl env (batch size ``[num_envs]``).
 
-    A partial reset (``"_reset"`` mask) hands back the first observation of the
-    episode the VecEnv already started on the finishing step. "Resetting" an env
-    that did not just finish is therefore a no-op continuation of its episode:
-    the VecEnv cannot reset a single env on demand. A full reset (no tensordict
-    or no mask) resets every env, with the seed from ``set_seed`` if one is pending.
+    A partial reset (``"_reset"`` mask) hands a finished env the first observation
+    of the episode the VecEnv already started on the finishing step, and ends the
+    running episode of any other masked env with the VecEnv's partial
+    ``reset(env_ids=...)``. A full reset (no tensordict or no mask) resets every
+    env, with the seed from ``set_seed`` if one is pending.
     """
 
     def __init__(self, vec_env: VecEnv) -> None:
@@ -83,6 +83,8 @@ class VecEnvTorchRL(EnvBase):
         self._pending_seed: int | None = None
         self._obs: torch.Tensor | None = None  # what torchrl currently sees
         self._vec_obs: torch.Tensor | None = None  # what the VecEnv last returned
+        # envs that finished on the last step and whose new episode torchrl has not reset into yet
+        self._pending = torch.zeros(n, dtype=torch.bool, device=device)
 
     def _flags(self, terminated: torch.Tensor, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
         terminated, truncated = terminated.reshape(-1, 1), truncated.reshape(-1, 1)
@@ -93,9 +95,14 @@ class VecEnvTorchRL(EnvBase):
         if mask is None or self._obs is None:
             self._obs = self._vec_obs = self.vec_env.reset(seed=self._pending_seed)
             self._pending_seed = None
+            self._pending.zero_()
         else:
-            mask = mask.reshape(self.batch_size[0], 1).to(self._obs.device)
-            self._obs = torch.where(mask, self._vec_obs, self._obs)
+            mask = mask.reshape(self.batch_size[0]).to(self._obs.device)
+            running = mask & ~self._pending
+            if bool(running.any()):  # their episodes end now; pending envs already started a new one
+                self._vec_obs = self.vec_env.reset(env_ids=running)
+            self._obs = torch.where(mask.unsqueeze(-1), self._vec_obs, self._obs)
+            self._pending = self._pending & ~mask
         zeros = torch.zeros(self.batch_size, dtype=torch.bool, device=self.device)
         return TensorDict(
             {"observation": self._obs, **self._flags(zeros, zeros.clone())},
@@ -109,6 +116,7 @@ class VecEnvTorchRL(EnvBase):
         obs, reward, terminated, truncated, info = self.vec_env.step(action)
         self._vec_obs = obs  # new episode's first obs for finished envs, see _reset
         self._obs = info["final_obs"]
+        self._pending = terminated | truncated
         return TensorDict(
             {
                 "observation": self._obs,
@@ -202,11 +210,32 @@ class TorchRLVecEnv(VecEnv):
         value = td.get(key, None)
         return None if value is None else value.reshape(self.num_envs).to(self.device, torch.bool)
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Reset every env (``set_seed`` first, when given a seed), or just ``env_ids`` through ``"_reset"``."""
+        if env_ids is not None:
+            return self._reset_ids(env_ids, seed)
         if seed is not None:
             self.env.set_seed(int(seed))
         self._td = self.env.reset()
         self.episode_steps.zero_()
+        return self._obs(self._td)
+
+    def _reset_ids(self, env_ids: torch.Tensor, seed: int | None) -> torch.Tensor:
+        mask, _ = resolve_env_ids(env_ids, self.num_envs, self.device, seed)
+        if self._td is None:
+            raise RuntimeError("call reset() before reset(env_ids=...)")
+        if bool(mask.any()):
+            reset_keys, groups = self.env.reset_keys, self.env.done_keys_groups
+            if len(reset_keys) != 1:
+                raise NotImplementedError(
+                    f"reset(env_ids=...) needs a torchrl env with one reset key, got {reset_keys}"
+                )
+            shape = self.env.full_done_spec[groups[0][0]].shape  # "_reset" is shaped like "done": (N, 1)
+            td = self._td.clone()
+            td.set(reset_keys[0], mask.reshape(-1, *[1] * (len(shape) - 1)).expand(shape))
+            # torchrl's own auto-reset path: only the masked envs reset, the other entries are kept
+            self._td = self.env.reset(td, select_reset_only=True)
+            self.episode_steps = torch.where(mask, torch.zeros_like(self.episode_steps), self.episode_steps)
         return self._obs(self._td)
 
     def _to_env_action(self, actions: torch.Tensor) -> torch.Tensor:

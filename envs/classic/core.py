@@ -23,7 +23,7 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from envs.base import StepResult, VecEnv, check_actions, check_num_envs
+from envs.base import StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
 from envs.device import resolve_device
 
 __all__ = ["ClassicTask", "ClassicVecEnv"]
@@ -113,11 +113,24 @@ class ClassicVecEnv(VecEnv):
         self._generator.set_state(state["generator"])
 
     # -- contract --------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Full reset, or (``env_ids``) re-sample just those rows' initial states; see :class:`VecEnv`."""
+        if env_ids is not None:
+            return self._reset_ids(env_ids, seed)
         if seed is not None:
             self._generator.manual_seed(int(seed))
         self._state = self.task.initial_state(self.num_envs, self._generator, self.device)
         self.episode_steps.zero_()
+        return self.task.observe(self._state)
+
+    def _reset_ids(self, env_ids: torch.Tensor, seed: int | None) -> torch.Tensor:
+        _, ids = resolve_env_ids(env_ids, self.num_envs, self.device, seed)
+        if self._state is None:
+            raise RuntimeError(f"{self.task.env_id}: call reset() before a partial reset(env_ids=...)")
+        if ids.numel():  # the generator draws for the reset rows only
+            fresh = self.task.initial_state(ids.numel(), self._generator, self.device)
+            self._state = self._state.index_put((ids,), fresh)
+            self.episode_steps = self.episode_steps.index_put((ids,), torch.zeros_like(ids))
         return self.task.observe(self._state)
 
     def step(self, actions: torch.Tensor) -> StepResult:

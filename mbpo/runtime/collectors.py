@@ -240,9 +240,10 @@ class ThreadCollector(ThreadWorker):
                 returns.extend(episode_return[done_cpu].tolist())
                 episode_return[done_cpu] = 0.0
             obs = next_obs
-            if not bool(torch.isfinite(obs).all()):
-                obs = env.reset()  # a poisoned state cannot be acted on: start every env afresh
-                episode_return.zero_()
+            poisoned = ~torch.isfinite(obs).all(-1)
+            if bool(poisoned.any()):  # a poisoned state cannot be acted on: restart those envs only
+                obs = env.reset(env_ids=poisoned)
+                episode_return[poisoned.cpu()] = 0.0
         data = torch.cat(parts)
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import envs
-from envs.classic import TASKS
+from envs.classic import TASKS, ClassicVecEnv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -250,3 +250,118 @@ def test_cuda_env_matches_cpu_and_never_syncs(env_id: str, cuda_device: str) -> 
         assert out_gpu[0].device == torch.device(cuda_device)
         torch.testing.assert_close(out_gpu[4]["final_obs"].cpu(), out_cpu[4]["final_obs"], rtol=1e-4, atol=1e-4)
         gpu.state = cpu.state  # keep both on the same states despite different reset draws
+
+
+# ---- partial reset: reset(env_ids=...) --------------------------------------------------
+
+
+def _stepped(env_id: str, steps: int = 3) -> tuple[envs.VecEnv, torch.Tensor, list[torch.Tensor]]:
+    """A seeded env after ``steps`` seeded steps (too few for any episode to end), its last obs and more actions."""
+    env = envs.make(env_id, 6, seed=0)
+    env.reset()
+    g = torch.Generator().manual_seed(1)
+    obs = None
+    for _ in range(steps):
+        obs = env.step(random_actions(env, g))[0]
+    return env, obs, [random_actions(env, g) for _ in range(2)]
+
+
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_partial_reset_restarts_only_the_chosen_envs(env_id: str) -> None:
+    env, before, actions = _stepped(env_id)
+    twin, _, _ = _stepped(env_id)  # the same run without the partial reset
+    ids, keep = torch.tensor([1, 4]), torch.tensor([True, False, True, True, False, True])
+    state_before = env.state.clone()
+    obs = env.reset(env_ids=ids)
+    assert obs.shape == before.shape and obs.dtype == torch.float32
+    assert env.episode_steps.tolist() == [3, 0, 3, 3, 0, 3]
+    assert torch.equal(obs[keep], before[keep]) and torch.equal(env.state[keep], state_before[keep])
+    assert not torch.equal(obs[~keep], before[~keep])  # fresh initial states
+    torch.testing.assert_close(obs, env.task.observe(env.state))
+    for a in actions:  # the untouched envs go on exactly as if nothing happened
+        out, ref = env.step(a), twin.step(a)
+        for x, y in zip(out[:4], ref[:4]):
+            assert torch.equal(x[keep], y[keep])
+    assert env.episode_steps.tolist() == [5, 2, 5, 5, 2, 5]
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_partial_reset_by_indices_and_by_mask_agree(env_id: str) -> None:
+    by_ids, _, actions = _stepped(env_id)
+    by_mask, _, _ = _stepped(env_id)
+    by_dup, _, _ = _stepped(env_id)
+    mask = torch.tensor([False, True, False, False, True, False])
+    a = by_ids.reset(env_ids=torch.tensor([4, 1]))
+    b = by_mask.reset(env_ids=mask)
+    c = by_dup.reset(env_ids=torch.tensor([1, 4, 1]))  # duplicates name an env once
+    assert torch.equal(a, b) and torch.equal(a, c)
+    assert torch.equal(by_ids.episode_steps, by_mask.episode_steps)
+    x, y = by_ids.step(actions[0]), by_mask.step(actions[0])
+    for u, v in zip(x[:4], y[:4]):
+        assert torch.equal(u, v)
+
+
+def test_empty_partial_reset_changes_nothing() -> None:
+    env, before, actions = _stepped("Pendulum-v1")
+    twin, _, _ = _stepped("Pendulum-v1")
+    for empty in (torch.tensor([], dtype=torch.int64), torch.zeros(6, dtype=torch.bool)):
+        torch.testing.assert_close(env.reset(env_ids=empty), before)
+    assert env.episode_steps.tolist() == [3] * 6
+    assert torch.equal(env.step(actions[0])[0], twin.step(actions[0])[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"seed": 3, "env_ids": torch.tensor([0])}, r"seed=3, env_ids=.*seeding applies to full resets only"),
+        ({"env_ids": torch.tensor([0, 6])}, r"env_ids \[6\] out of range: expected int64 env indices in \[0, 5\]"),
+        ({"env_ids": torch.tensor([-1])}, r"env_ids \[-1\] out of range"),
+        ({"env_ids": torch.tensor([0, 1], dtype=torch.int32)},
+         r"int64 env indices .* or a bool mask .*got dtype torch.int32"),
+        ({"env_ids": torch.tensor([0.0])}, "got dtype torch.float32"),
+        ({"env_ids": torch.ones(4, dtype=torch.bool)}, r"bool mask must have shape \(6,\), got \(4,\)"),
+        ({"env_ids": torch.tensor([[0, 1]])}, r"indices must be 1-D .*got shape \(1, 2\)"),
+        ({"env_ids": [0, 1]}, "env_ids must be a torch.Tensor of int64 env indices.*got list"),
+    ],
+)
+def test_bad_partial_resets_get_clear_errors(kwargs: dict, match: str) -> None:
+    env, before, _ = _stepped("Pendulum-v1")
+    state = env.state.clone()
+    with pytest.raises(ValueError, match=match):
+        env.reset(**kwargs)
+    assert torch.equal(env.state, state) and env.episode_steps.tolist() == [3] * 6  # nothing happened
+    fresh = envs.make("Pendulum-v1", 6, seed=0)
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before a partial reset"):
+        fresh.reset(env_ids=torch.tensor([0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sync_free", [True, False])
+def test_cuda_partial_reset_takes_ids_from_any_device(cuda_device: str, sync_free: bool) -> None:
+    env = envs.make("Pendulum-v1", 6, device=cuda_device, seed=0, sync_free=sync_free)
+    before = env.reset()
+    for ids in (torch.tensor([1, 4]), torch.tensor([1, 4], device=cuda_device),
+                torch.tensor([False, True, False, False, True, False])):
+        obs = env.reset(env_ids=ids)
+        assert obs.device == torch.device(cuda_device) and env.episode_steps.device == obs.device
+        keep = torch.tensor([True, False, True, True, False, True], device=cuda_device)
+        assert torch.equal(obs[keep], before[keep]) and not torch.equal(obs[~keep], before[~keep])
+        before = obs
+    env.step(torch.zeros(6, 1, device=cuda_device))
+    assert env.episode_steps.tolist() == [1] * 6
+
+
+def test_source_picks_gymnasiums_implementation_of_an_id_that_also_has_a_native_one() -> None:
+    from envs.adapters.gymnasium_vector import GymnasiumVecEnv
+
+    assert isinstance(envs.make("CartPole-v1", 2, source="auto"), ClassicVecEnv)
+    assert isinstance(envs.make("CartPole-v1", 2, source="native"), ClassicVecEnv)
+    gym_env = envs.make("CartPole-v1", 2, source="gymnasium", seed=0)
+    assert isinstance(gym_env, GymnasiumVecEnv) and gym_env.reset().shape == (2, 4)
+    gym_env.close()
+    with pytest.raises(envs.UnknownEnvError, match="no native torch implementation"):
+        envs.make("HalfCheetah-v5", 1, source="native")
+    with pytest.raises(envs.UnknownEnvError, match="not a registered gymnasium id"):
+        envs.make("PointMass-v0", 1, source="gymnasium")
+    with pytest.raises(ValueError, match="source='isaac' is not allowed"):
+        envs.make("CartPole-v1", 1, source="isaac")

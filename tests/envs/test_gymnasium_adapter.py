@@ -201,3 +201,66 @@ def test_tensors_live_on_requested_device() -> None:
             assert t.device == env.device
         with pytest.raises(ActionError, match="cuda"):
             env.step(torch.zeros(2, 3))
+
+
+# ---- partial reset: reset(env_ids=...) --------------------------------------------------
+
+
+def _pendulums(mode: str, autoreset: AutoresetMode, seed: int = 3) -> GymnasiumVecEnv:
+    """Three Pendulums with 4-step episodes, so envs also time out around a partial reset."""
+    if autoreset is AutoresetMode.DISABLED:
+        return GymnasiumVecEnv.from_id("Pendulum-v1", 3, seed=seed, vectorization_mode=mode, max_episode_steps=4)
+    vec = gym.make_vec("Pendulum-v1", num_envs=3, vectorization_mode=mode, max_episode_steps=4,
+                       vector_kwargs={"autoreset_mode": autoreset})
+    return GymnasiumVecEnv(vec, seed=seed)
+
+
+@pytest.mark.parametrize("autoreset", [AutoresetMode.DISABLED, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_partial_reset_restarts_only_the_chosen_envs(mode: str, autoreset: AutoresetMode) -> None:
+    with _pendulums(mode, autoreset) as env, _pendulums("sync", AutoresetMode.DISABLED) as twin:
+        actions = _random_actions(env, 8, seed=0, scale=2.0)
+        for e in (env, twin):
+            e.reset()
+            for a in actions[:2]:
+                before = e.step(a)[0]
+        obs = env.reset(env_ids=torch.tensor([1]))
+        assert env.episode_steps.tolist() == [2, 0, 2]
+        assert torch.equal(obs[[0, 2]], before[[0, 2]])
+        assert not torch.equal(obs[1], before[1]) and obs[1, 2].abs() <= 1.0  # Pendulum's reset: |thetadot| <= 1
+        for t, a in enumerate(actions[2:]):  # envs 0 and 2 run on (and time out) exactly as without the reset
+            out, ref = env.step(a), twin.step(a)
+            for x, y in zip((*out[:4], out[4]["final_obs"]), (*ref[:4], ref[4]["final_obs"])):
+                assert torch.equal(x[[0, 2]], y[[0, 2]])
+            assert bool(out[3][1]) == (t == 3)  # env 1's own 4-step episode
+        assert env.episode_steps.tolist() == [0, 2, 0] and twin.episode_steps.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_partial_reset_by_indices_and_by_mask_agree(mode: str) -> None:
+    with _pendulums(mode, AutoresetMode.SAME_STEP) as by_ids, _pendulums(mode, AutoresetMode.SAME_STEP) as by_mask:
+        action = _random_actions(by_ids, 1, seed=0)[0]
+        for e in (by_ids, by_mask):
+            e.reset()
+            e.step(action)
+        a = by_ids.reset(env_ids=torch.tensor([0, 2]))
+        b = by_mask.reset(env_ids=torch.tensor([True, False, True]))
+        assert torch.equal(a, b) and by_ids.episode_steps.tolist() == by_mask.episode_steps.tolist() == [0, 1, 0]
+        for x, y in zip(by_ids.step(action)[:4], by_mask.step(action)[:4]):
+            assert torch.equal(x, y)
+
+
+def test_partial_reset_errors_and_empty_reset() -> None:
+    with GymnasiumVecEnv.from_id("Pendulum-v1", 3, seed=0) as env:
+        with pytest.raises(RuntimeError, match=r"call reset\(\) before reset\(env_ids=\.\.\.\)"):
+            env.reset(env_ids=torch.tensor([0]))
+        obs = env.reset()
+        assert torch.equal(env.reset(env_ids=torch.zeros(3, dtype=torch.bool)), obs)  # no-op, no gym call
+        assert torch.equal(env.reset(env_ids=torch.tensor([], dtype=torch.int64)), obs)
+        with pytest.raises(ValueError, match="seeding applies to full resets only"):
+            env.reset(seed=1, env_ids=torch.tensor([0]))
+        with pytest.raises(ValueError, match=r"env_ids \[3\] out of range: expected int64 env indices in \[0, 2\]"):
+            env.reset(env_ids=torch.tensor([3]))
+        with pytest.raises(ValueError, match=r"bool mask must have shape \(3,\)"):
+            env.reset(env_ids=torch.ones(2, dtype=torch.bool))
+        assert torch.equal(env.reset(env_ids=torch.tensor([], dtype=torch.int64)), obs)

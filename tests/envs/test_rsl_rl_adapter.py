@@ -70,6 +70,49 @@ class _Contract:
         return self._groups(), self.rewards, dones.long(), extras
 
 
+class _Unwrapped:
+    """The simulator under a wrapper: Isaac Lab's / mjlab's ``reset(*, seed, env_ids, options)``."""
+
+    def __init__(self, outer: _Contract) -> None:
+        self.outer = outer
+        self.calls: list[torch.Tensor] = []
+
+    def reset(self, *, seed: int | None = None, env_ids: torch.Tensor | None = None,
+              options: dict | None = None) -> tuple[dict, dict]:
+        assert env_ids is not None and env_ids.dtype == torch.int64  # Isaac Lab's convention
+        self.calls.append(env_ids.clone())
+        self.outer.clock[env_ids] = 0
+        self.outer.noise += 1  # recomputed observations differ: only the reset rows may be read
+        return dict(self.outer._groups().items()), {}
+
+
+class _PartialContract(_Contract):
+    """``_Contract`` with a partial reset, as an Isaac Lab / mjlab wrapper (``unwrapped``) or on the env itself."""
+
+    def __init__(self, where: str = "unwrapped") -> None:
+        super().__init__()
+        self.noise = 0
+        self.sim = _Unwrapped(self)
+        if where == "unwrapped":
+            self.unwrapped = self.sim
+        else:
+            self.reset = self._reset_maybe_ids  # type: ignore[method-assign]
+
+    def _groups(self) -> TensorDict:
+        groups = super()._groups()
+        groups["actor"] = groups["actor"] + 1000.0 * self.noise
+        return groups
+
+    def _reset_maybe_ids(self, env_ids: torch.Tensor | None = None) -> tuple[TensorDict, dict]:
+        if env_ids is None:
+            return _Contract.reset(self)
+        return self.sim.reset(env_ids=env_ids)
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        self.noise = 0
+        return super().step(actions)
+
+
 def _zeros(env: VecEnv) -> torch.Tensor:
     return torch.zeros(env.num_envs, env.act_dim, device=env.device)
 
@@ -153,6 +196,43 @@ def test_older_rsl_rl_tuple_observations_and_seeding() -> None:
         envs.from_rsl_rl(unseedable).reset(seed=1)
 
 
+@pytest.mark.parametrize("where", ["unwrapped", "env"])
+@pytest.mark.parametrize("ids", [torch.tensor([2]), torch.tensor([False, False, True])], ids=["indices", "mask"])
+def test_partial_reset_goes_to_the_envs_reset_with_env_ids(where: str, ids: torch.Tensor) -> None:
+    env, twin = envs.from_rsl_rl(_PartialContract(where)), envs.from_rsl_rl(_Contract())
+    for e in (env, twin):
+        e.reset()
+        before = e.step(_zeros(e))[0]
+    obs = env.reset(env_ids=ids)
+    assert [c.tolist() for c in env.env.sim.calls] == [[2]]
+    assert env.episode_steps.tolist() == [1, 1, 0]
+    assert torch.equal(obs[:2], before[:2])  # the obs we handed out, not a recomputed one
+    assert torch.equal(obs[2], torch.full((4,), 1000.0))  # the fresh row, read after the reset
+    for t in range(3):  # envs 0 and 1 go on (env 1 terminates at clock 2) exactly as without the reset
+        out, ref = env.step(_zeros(env)), twin.step(_zeros(twin))
+        for x, y in zip(out[:4], ref[:4]):
+            assert torch.equal(x[:2], y[:2])
+        assert out[0][2, 0] == t + 1  # env 2's clock restarted
+    assert env.episode_steps.tolist() == [0, 0, 3]  # env 0 timed out at 4, env 1 ended twice
+
+
+def test_partial_reset_errors() -> None:
+    env = envs.from_rsl_rl(_PartialContract())
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before reset\(env_ids=\.\.\.\)"):
+        env.reset(env_ids=torch.tensor([0]))
+    obs = env.reset()
+    assert torch.equal(env.reset(env_ids=torch.tensor([], dtype=torch.int64)), obs) and not env.env.sim.calls
+    with pytest.raises(ValueError, match="seeding applies to full resets only"):
+        env.reset(seed=0, env_ids=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"env_ids \[3\] out of range: expected int64 env indices in \[0, 2\]"):
+        env.reset(env_ids=torch.tensor([3]))
+    plain = envs.from_rsl_rl(_Contract())  # rsl_rl's contract alone: reset() without env_ids
+    plain.reset()
+    with pytest.raises(NotImplementedError, match=r"_Contract offers no partial reset: neither env.unwrapped.reset "
+                                                  r"nor env.reset takes env_ids"):
+        plain.reset(env_ids=torch.tensor([0]))
+
+
 def test_make_mjlab_without_mjlab_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mjlab", None)  # `import mjlab` now fails as if not installed
     with pytest.raises(ImportError, match=r'needs mjlab.*pip install -e "\.\[mjlab\]"'):
@@ -229,6 +309,35 @@ def test_mjlab_auto_reset_marks_lost_final_obs_and_matches_otherwise(
     for a, c in zip(auto, captured):  # our reset after the step is mjlab's auto-reset, bit for bit
         for x, y in zip(a[:4], c[:4]):  # obs, reward, terminated, truncated
             assert torch.equal(x, y)
+
+
+@MJLAB_TIMEOUT
+def test_mjlab_partial_reset_restarts_only_the_chosen_envs(cartpole: VecEnv) -> None:
+    """mjlab's ``reset(env_ids=...)``: the other envs' physics is untouched and steps on bit for bit."""
+    g = torch.Generator().manual_seed(1)
+    actions = [torch.rand(4, 1, generator=g) * 2 - 1 for _ in range(4)]
+
+    def run(env_ids: torch.Tensor | None) -> list[tuple]:
+        out = [(cartpole.reset(seed=0),)]
+        for a in actions[:2]:
+            out.append(cartpole.step(a)[:4])
+        if env_ids is not None:
+            out.append((cartpole.reset(env_ids=env_ids), cartpole.episode_steps.clone()))
+        for a in actions[2:]:
+            out.append(cartpole.step(a)[:4])
+        return out
+
+    plain, by_ids, by_mask = run(None), run(torch.tensor([1, 3])), run(torch.tensor([False, True, False, True]))
+    before, (obs, steps) = by_ids[2][0], by_ids[3]
+    assert steps.tolist() == [2, 0, 2, 0]
+    assert torch.equal(obs[[0, 2]], before[[0, 2]]) and not torch.equal(obs[[1, 3]], before[[1, 3]])
+    for x, y in zip(by_ids, by_mask):  # indices and mask: the same reset
+        for u, v in zip(x, y):
+            assert torch.equal(u, v)
+    for x, y in zip(plain[3:], by_ids[4:]):  # envs 0 and 2 step on as if nothing happened
+        for u, v in zip(x, y):
+            assert torch.equal(u[[0, 2]], v[[0, 2]])
+    assert cartpole.episode_steps.tolist() == [4, 2, 4, 2]
 
 
 @MJLAB_TIMEOUT

@@ -69,15 +69,37 @@ def test_rollout_across_episode_boundary_reports_true_final_obs(env_id: str, ste
             assert not torch.equal(info["final_obs"][done], obs[done])
 
 
-def test_partial_reset_of_running_env_continues_its_episode() -> None:
-    env = envs.to_torchrl(envs.make("Pendulum-v1", 2, seed=0))
+def test_partial_reset_of_a_running_env_starts_a_new_episode() -> None:
+    """A ``"_reset"`` mask on an env that did not just finish goes to the VecEnv's reset(env_ids=...)."""
+    env, twin = envs.to_torchrl(envs.make("Pendulum-v1", 2, seed=0)), envs.make("Pendulum-v1", 2, seed=0)
     td = env.reset()
+    twin.reset()
     td["action"] = torch.zeros(2, 1)
     current = env.step(td)["next", "observation"]
+    twin.step(torch.zeros(2, 1))
     mask = torch.tensor([[True], [False]])
     out = env.reset(TensorDict({"observation": current.clone(), "_reset": mask}, batch_size=[2]))
-    assert torch.equal(out["observation"], current) and not out["done"].any()
-    assert env.vec_env.episode_steps.tolist() == [1, 1]
+    expected = twin.reset(env_ids=torch.tensor([0]))
+    assert torch.equal(out["observation"], expected) and not out["done"].any()
+    assert torch.equal(out["observation"][1], current[1]) and not torch.equal(out["observation"][0], current[0])
+    assert env.vec_env.episode_steps.tolist() == [0, 1]
+    out["action"] = torch.ones(2, 1)
+    assert torch.equal(env.step(out)["next", "observation"], twin.step(torch.ones(2, 1))[0])
+
+
+def test_partial_reset_of_a_finished_env_hands_back_its_new_episode_without_resetting_again() -> None:
+    env = envs.to_torchrl(envs.make("CartPole-v1", 2, seed=0))
+    td = env.reset()
+    env.vec_env.state = torch.tensor([[0.0, 0.0, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0]])  # env 0 falls next step
+    td["action"] = torch.ones(2, dtype=torch.int64)
+    nxt = env.step(td)["next"]
+    assert nxt["terminated"].reshape(-1).tolist() == [True, False]
+    state = env.vec_env.state.clone()
+    out = env.reset(TensorDict({"observation": nxt["observation"].clone(), "_reset": nxt["done"].clone(),
+                                "done": nxt["done"].clone()}, batch_size=[2]))
+    assert torch.equal(env.vec_env.state, state)  # no second reset: env 0 already started its new episode
+    assert torch.equal(out["observation"], env.vec_env.task.observe(state))
+    assert env.vec_env.episode_steps.tolist() == [0, 1]
 
 
 def test_set_seed_is_applied_at_next_full_reset() -> None:
@@ -209,3 +231,55 @@ def test_from_torchrl_checks_actions() -> None:
         env.step(torch.zeros(2, 3))
     with pytest.raises(ActionError, match="not finite"):
         env.step(torch.full((2, 1), math.nan))
+
+
+@pytest.mark.parametrize("ids", [torch.tensor([1, 2]), torch.tensor([False, True, True, False])],
+                         ids=["indices", "mask"])
+def test_from_torchrl_partial_reset_matches_the_native_partial_reset(ids: torch.Tensor) -> None:
+    native = envs.make("Pendulum-v1", 4, seed=0)
+    wrapped = envs.from_torchrl(envs.to_torchrl(envs.make("Pendulum-v1", 4, seed=0)))
+    actions = _actions(native, 6, seed=1)
+    for env in (native, wrapped):
+        env.reset()
+        for a in actions[:3]:
+            env.step(a)
+    before = wrapped._obs(wrapped._td)
+    obs = wrapped.reset(env_ids=ids)
+    assert torch.equal(obs, native.reset(env_ids=torch.tensor([1, 2])))
+    assert torch.equal(obs[[0, 3]], before[[0, 3]]) and not torch.equal(obs[[1, 2]], before[[1, 2]])
+    assert wrapped.episode_steps.tolist() == native.episode_steps.tolist() == [3, 0, 0, 3]
+    for a in actions[3:]:
+        for x, y in zip(wrapped.step(a)[:4], native.step(a)[:4]):
+            assert torch.equal(x, y)
+
+
+def test_from_torchrl_serial_env_partial_reset_leaves_the_other_envs_alone() -> None:
+    env = envs.from_torchrl(SerialEnv(3, lambda: GymEnv("Pendulum-v1")))
+    twin = envs.from_torchrl(SerialEnv(3, lambda: GymEnv("Pendulum-v1")))
+    try:
+        actions = _actions(env, 4, seed=0)
+        for e in (env, twin):
+            e.reset(seed=0)
+            for a in actions[:2]:
+                before = e.step(a)[0]
+        obs = env.reset(env_ids=torch.tensor([1]))
+        assert torch.equal(obs[[0, 2]], before[[0, 2]]) and not torch.equal(obs[1], before[1])
+        assert env.episode_steps.tolist() == [2, 0, 2]
+        for a in actions[2:]:
+            for x, y in zip(env.step(a)[:4], twin.step(a)[:4]):
+                assert torch.equal(x[[0, 2]], y[[0, 2]])
+    finally:
+        env.close()
+        twin.close()
+
+
+def test_from_torchrl_partial_reset_errors() -> None:
+    env = envs.from_torchrl(envs.to_torchrl(envs.make("Pendulum-v1", 2, seed=0)))
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before reset\(env_ids=\.\.\.\)"):
+        env.reset(env_ids=torch.tensor([0]))
+    obs = env.reset()
+    assert torch.equal(env.reset(env_ids=torch.zeros(2, dtype=torch.bool)), obs)
+    with pytest.raises(ValueError, match="seeding applies to full resets only"):
+        env.reset(seed=0, env_ids=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"env_ids must be int64 env indices in \[0, 1\] or a bool mask"):
+        env.reset(env_ids=torch.tensor([0.0]))

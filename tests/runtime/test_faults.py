@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 from typing import Callable
 
 import pytest
 import torch
 
+import envs
+from envs.faults import FaultyEnv
 from mbpo.buffers import NEXT_OBS, OBS, REWARD
 from mbpo.config import Config
-from mbpo.runtime.collectors import NonFiniteEnvError
+from mbpo.runtime import collectors
+from mbpo.runtime.collectors import CollectorBatch, NonFiniteEnvError
 from mbpo.runtime.supervisor import CollectorFailure, WorkerError
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import faulty
@@ -77,13 +81,62 @@ def test_dropped_nonfinite_transitions_are_counted_and_never_stored(
     cfg = tiny_config("runtime.nonfinite=drop")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0, 1}, at_step=30))
     row = trainer.run()
-    # One bad transition per collector; after a NaN observation the env is reset, so the next
+    # One bad transition per collector; after a NaN observation that env is reset, so the next
     # transition starts from a valid state instead of acting on NaN.
     assert row["nonfinite_dropped"] == 2
     data = trainer.buffer[: len(trainer.buffer)]
     assert len(trainer.buffer) == 384 - row["nonfinite_dropped"]
     for key in (OBS, NEXT_OBS, REWARD):
         assert bool(torch.isfinite(data[key]).all()), key
+
+
+def test_a_nan_observation_resets_only_the_poisoned_env(
+    tiny_config: Callable[..., Config], thread_baseline: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runtime.nonfinite=drop restarts just the env that returned NaN (env 2, at vector step 30): the
+    healthy envs of the same vector env keep their episodes, and their returns accumulate on."""
+    cfg = tiny_config("runtime.nonfinite=drop", "runtime.num_collectors=1", "env.num_envs=4")
+    limit, nan_at, poisoned = 40, 30, 2
+
+    def factory(collector_id: int, incarnation: int, seed: int) -> envs.VecEnv:
+        env = envs.make("Pendulum-v1", 4, device="cpu", seed=seed)
+        env.max_episode_steps = limit  # episodes end within the run's 96 vector steps
+        return FaultyEnv(env, "nan_obs", at_step=nan_at, env_index=poisoned)
+
+    batches: list[CollectorBatch] = []
+
+    @dataclass
+    class Recorded(CollectorBatch):
+        def __post_init__(self) -> None:
+            batches.append(self)
+
+    monkeypatch.setattr(collectors, "CollectorBatch", Recorded)
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=factory)
+    row = trainer.run()
+    assert row["nonfinite_dropped"] == 1 and row["env_steps"] == 384
+    steps = trainer.envs[0].episode_steps.tolist()
+    assert steps == [96 % limit] * 2 + [(96 - nan_at) % limit] + [96 % limit], steps
+    # Each env's rewards, from the transitions in collection order (env 2's step 30 was dropped).
+    rewards = iter(torch.cat([b.data[REWARD].reshape(-1) for b in batches]).double().tolist())
+    per_env: list[list[float]] = [[], [], [], []]
+    for t in range(1, 97):
+        for k in range(4):
+            per_env[k].append(float("nan") if (t, k) == (nan_at, poisoned) else next(rewards))
+
+    def episode(k: int, first: int, last: int) -> float:
+        total = 0.0
+        for r in per_env[k][first - 1:last]:
+            total += r
+        return total
+
+    # (batch of 8 vector steps, returns reported in it): healthy envs end at steps 40 and 80; env 2,
+    # restarted at step 30, ends at 70 (its poisoned partial episode is not reported).
+    expected = {4: [episode(k, 1, 40) for k in (0, 1, 3)], 8: [episode(poisoned, nan_at + 1, 70)],
+                9: [episode(k, 41, 80) for k in (0, 1, 3)]}
+    reported = {i: b.episode_returns for i, b in enumerate(batches) if b.episode_returns}
+    assert reported.keys() == expected.keys(), reported
+    for i, returns in expected.items():
+        assert reported[i] == pytest.approx(returns, rel=1e-12)
 
 
 def test_a_model_thread_error_reaches_the_main_thread_with_its_traceback(
