@@ -101,7 +101,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
-    env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed)
+    env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed, source=config.env.source)
     agent = make_agent(config.agent, env.observation_space, env.action_space, device, config.seed)
     agent.load_state_dict(state["agent"])
     returns = evaluate(agent, env, args.seed)

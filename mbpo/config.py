@@ -41,6 +41,9 @@ class EnvConfig:
     """Env id: a native torch env (envs.list_envs()) or any gymnasium id."""
     num_envs: int = 1
     """Envs stepped together by the training env (the vector batch size)."""
+    source: str = "auto"
+    """Which implementation of env.id: auto (the native torch env if there is one, else mjlab or gymnasium),
+    native, or gymnasium (gymnasium's own, on CPU: e.g. CartPole-v1 as a CPU-bound simulator)."""
     device: Optional[str] = None
     """Where the env's tensors live (cpu, cuda or cuda:N); null = the run's device. With device=auto
     the whole run follows it (e.g. an mjlab env on cpu plans everything on cpu); a different explicit
@@ -238,6 +241,7 @@ class Config:
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.activation": ("swish", "relu"),
     "agent.name": ("sac", "dqn"),
+    "env.source": ("auto", "native", "gymnasium"),
     "agent.sac.precision": ("fp32", "bf16"),
     "trainer": ("async", "sync"),
     "runtime.queue_full": ("block", "drop_oldest"),

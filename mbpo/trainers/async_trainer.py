@@ -114,7 +114,8 @@ class AsyncTrainer(Trainer):
     def _collector_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
         seed = self.seeds["env"] + 7919 * collector_id + 104_729 * incarnation
         if self._env_factory is None:
-            return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed)
+            return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed,
+                             source=self.config.env.source)
         env = self._env_factory(collector_id, incarnation, seed)
         if env.device != self.plan.device:
             env.close()

@@ -89,7 +89,7 @@ class Trainer:
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
         self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
-                                  seed=self.seeds["eval_env"])
+                                  seed=self.seeds["eval_env"], source=config.env.source)
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
                                 self.seeds["agent"])
         self.buffer = make_replay_buffer(
@@ -127,7 +127,7 @@ class Trainer:
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
         return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
-                         seed=self.seeds["env"])
+                         seed=self.seeds["env"], source=self.config.env.source)
 
     def policy_batches(self, count: int) -> Iterator[Any]:
         """The next ``count`` policy batches (TensorDicts), drawn several at a time: MBPO's learner does
