@@ -6,24 +6,34 @@
 * ``raise``: raises :class:`InjectedFault`;
 * ``hang``: blocks until :meth:`FaultyEnv.close` (or ``hang_s`` passes), like a stuck simulator;
 * ``nan_obs`` / ``nan_reward``: returns NaN in row ``env_index`` of the observation / reward;
-* ``slow``: sleeps ``delay_s`` in every step from ``at_step`` on (a slow simulator).
+* ``slow``: sleeps ``delay_s`` in every step from ``at_step`` on (a slow simulator);
+* ``busy``: computes in Python for ``delay_s`` in every step from ``at_step`` on (a CPU-bound Python
+  simulator: it holds the GIL, so threads in one process take turns);
+* ``exit`` / ``sigkill``: the process exits with code 3 / kills itself with SIGKILL (a crashing
+  simulator; only for collectors in their own process, ``runtime.backend=process``).
 
-Faults fire once (``slow`` keeps going). Pair it with the async trainer's
-``env_factory(collector_id, incarnation, seed)`` to choose which collectors fail.
+Faults fire once (``slow`` and ``busy`` keep going). Pair it with the async trainer's
+``env_factory(collector_id, incarnation, seed)`` to choose which collectors fail:
+:class:`FaultyFactory` is such a factory, picklable so a collector process can use it.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from envs.base import StepResult, VecEnv
 
-__all__ = ["FaultyEnv", "InjectedFault", "FAULTS"]
+__all__ = ["FaultyEnv", "FaultyFactory", "InjectedFault", "FAULTS"]
 
-FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow")
+FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow", "busy", "exit", "sigkill")
+EXIT_CODE = 3
 
 
 class InjectedFault(RuntimeError):
@@ -62,11 +72,20 @@ class FaultyEnv(VecEnv):
         if self.fault == "slow" and self.steps >= self.at_step:
             time.sleep(self.delay_s)
             return self.env.step(actions)
+        if self.fault == "busy" and self.steps >= self.at_step:
+            until = time.perf_counter() + self.delay_s
+            while time.perf_counter() < until:  # pure Python: the GIL is held throughout
+                pass
+            return self.env.step(actions)
         if self.steps != self.at_step or self.fired:
             return self.env.step(actions)
         self.fired = True
         if self.fault == "raise":
             raise InjectedFault(f"injected fault at step {self.steps}")
+        if self.fault == "exit":
+            os._exit(EXIT_CODE)
+        if self.fault == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.fault == "hang":
             self._released.wait(self.hang_s)
             raise InjectedFault(f"injected hang at step {self.steps} ended (env closed)")
@@ -86,3 +105,26 @@ class FaultyEnv(VecEnv):
         """Closes the wrapped env and releases a ``hang`` in progress."""
         self._released.set()
         self.env.close()
+
+
+@dataclass(frozen=True)
+class FaultyFactory:
+    """``env_factory(collector_id, incarnation, seed)``: ``env_id`` envs, with ``fault`` in the first
+    incarnation of the ``collectors`` chosen (``options`` go to :class:`FaultyEnv`). Plain data, so it
+    can be sent to a spawned collector process."""
+
+    fault: str
+    collectors: tuple[int, ...]
+    at_step: int = 3
+    env_id: str = "Pendulum-v1"
+    num_envs: int = 1
+    every_incarnation: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, collector_id: int, incarnation: int, seed: int) -> VecEnv:
+        from envs.registry import make
+
+        env = make(self.env_id, self.num_envs, device="cpu", seed=seed)
+        if collector_id in self.collectors and (incarnation == 0 or self.every_incarnation):
+            return FaultyEnv(env, self.fault, at_step=self.at_step, **self.options)
+        return env

@@ -172,8 +172,11 @@ class CheckpointConfig:
 
 @dataclass
 class RuntimeConfig:
+    backend: str = "thread"
+    """Where collectors run: thread (in the trainer's process; GPU envs, fast torch envs) or process (a spawned
+    process each: CPU-bound or flaky simulators, more cores, several GPUs; see README "Backends")."""
     num_collectors: int = 1
-    """Collector threads, each with its own vectorized env (env.num_envs envs) and CPU policy replica."""
+    """Collectors, each with its own vectorized env (env.num_envs envs) and CPU policy replica."""
     collection_batch_size: int = 64
     """Transitions per batch a collector pushes (rounded up to whole vector steps of env.num_envs)."""
     max_queue_size: int = 8
@@ -187,7 +190,8 @@ class RuntimeConfig:
     their targets: collectors wait when they run further ahead."""
     collector_timeout_s: float = 60.0
     """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
-    waiting on the queue or the ratio gate) is hung: it is reported and the run goes on with the rest."""
+    waiting on the queue or the ratio gate) is hung: a process is terminated and replaced (counted as a
+    restart); a thread, which cannot be killed, is reported and the run goes on with the rest."""
     max_restarts: int = 3
     """Collector failures restarted (from the latest snapshot) before the run stops with an error."""
     shutdown_timeout_s: float = 10.0
@@ -245,6 +249,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "agent.sac.precision": ("fp32", "bf16"),
     "trainer": ("async", "sync"),
     "runtime.queue_full": ("block", "drop_oldest"),
+    "runtime.backend": ("thread", "process"),
     "runtime.nonfinite": ("raise", "drop"),
 }
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")

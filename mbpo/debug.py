@@ -74,8 +74,9 @@ def check_snapshot(snapshot: Any, where: str, finite: bool = True, path: str = "
             check_snapshot(value, where, finite, f"{path}[{key!r}]")
 
 
-def switches(num_collectors_asked: int) -> list[str]:
-    """One line per debug switch saying whether it is really in effect here."""
+def switches(num_collectors_asked: int, backend: str = "thread") -> list[str]:
+    """One line per debug switch saying whether it is really in effect here (in this process: a collector
+    process reports its own, in the same words)."""
     cuda_built = torch.version.cuda is not None
     lines = []
     for var in ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA"):
@@ -96,8 +97,9 @@ def switches(num_collectors_asked: int) -> list[str]:
     lines += [
         f"autograd anomaly detection: {'on' if torch.is_anomaly_enabled() else 'off'}",
         f"collectors: 1 (config asked {num_collectors_asked}); queue: {DEBUG_QUEUE_SIZE} batches",
-        "hand-off checks (device, dtype, shape, finiteness): on at collector->queue, queue->replay, "
-        "replay->learner, model->model buffer, snapshot->collector",
+        "hand-off checks (device, dtype, shape, finiteness): on at collector->queue, "
+        f"{'ring write, ring read, ' if backend == 'process' else ''}queue->replay, replay->learner, "
+        "model->model buffer, snapshot->collector",
         "host-side bounds checks: on for replay-buffer sample indices and elite indices",
     ]
     return lines

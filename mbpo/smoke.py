@@ -77,7 +77,8 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
 
     from mbpo.agents import make_agent
     from mbpo.config import AgentConfig
-    from mbpo.runtime.collectors import CollectorSetup, ThreadCollector
+    from mbpo.runtime.backends.thread import ThreadCollector
+    from mbpo.runtime.collectors import CollectorSetup
     from mbpo.runtime.gate import RatioGate
     from mbpo.runtime.queue import TransitionQueue
     from mbpo.runtime.weights import WeightStore

@@ -1,16 +1,19 @@
-"""Collectors: CPU acting against a vectorized env, pushing TensorDict batches into a bounded queue.
+"""Collectors: what every backend shares (the batch format, the env-stepping loop, the gate/queue loop).
 
-Each collector owns one vectorized env (on the env's device) and a CPU replica
-of the policy at some published version. Per vector step it moves the
-observations to CPU, acts there, sends the actions back to the env's device
-and steps; every ``collection_batch_size`` transitions it pushes one
-:class:`CollectorBatch` whose transitions carry ``policy_version`` and
-``collector_id``. Between batches it picks up the newest snapshot and asks the
-:class:`~mbpo.runtime.gate.RatioGate` for more budget.
+A collector owns one vectorized env (on the env's device) and a CPU replica of
+the policy at some published version. :class:`EnvStepper` is the env side:
+per vector step it moves the observations to CPU, acts there, sends the
+actions back to the env's device and steps; every ``collection_batch_size``
+transitions it returns one :class:`CollectorBatch` whose transitions carry
+``policy_version`` and ``collector_id``. It runs in the collector's thread
+(``runtime.backend=thread``) or in the collector's spawned process
+(``process``, mbpo.runtime.backends.child).
 
-The trainer only talks to the :class:`Collector` protocol (start, stop, join,
-close, heartbeat, error), so a process backend (spawn + shared memory) or a
-Ray backend can implement it later without changing the trainer.
+:class:`CollectorLoop` is the control side, in the trainer's process for every
+backend: ask the :class:`~mbpo.runtime.gate.RatioGate` for budget, have a batch
+collected (however the backend does it), push it into the bounded queue, and
+hand back any reservation that will never be ingested. The trainer only talks
+to the :class:`Collector` protocol.
 """
 
 from __future__ import annotations
@@ -27,13 +30,11 @@ from tensordict import TensorDict
 import envs
 from mbpo.buffers import real_transitions
 from mbpo.config import AgentConfig
-from mbpo.debug import check_transitions
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
-from mbpo.runtime.thread_worker import ThreadWorker
 from mbpo.runtime.weights import WeightStore
 
-__all__ = ["Collector", "CollectorBatch", "CollectorSetup", "ThreadCollector", "NonFiniteEnvError",
+__all__ = ["Collector", "CollectorBatch", "CollectorSetup", "CollectorLoop", "EnvStepper", "NonFiniteEnvError",
            "POLICY_VERSION", "COLLECTOR_ID"]
 
 POLICY_VERSION = "policy_version"
@@ -49,7 +50,8 @@ class NonFiniteEnvError(RuntimeError):
 @dataclass
 class CollectorBatch:
     data: TensorDict
-    """Transitions (mbpo.buffers keys + policy_version + collector_id) on the env's device."""
+    """Transitions (mbpo.buffers keys + policy_version + collector_id). Valid until :meth:`release`: with
+    the process backend it is a view of a shared-memory slot that is reused afterwards."""
     collector_id: int
     policy_version: int
     episode_returns: list[float] = field(default_factory=list)
@@ -62,11 +64,19 @@ class CollectorBatch:
     """time.monotonic() when the batch was complete."""
     started_at: float = 0.0
     """time.monotonic() when its first env step began (after the collector picked up weights)."""
+    on_release: Callable[[], None] | None = None
+    """Frees the storage behind ``data`` (a shared-memory slot); None when ``data`` is the batch's own."""
+
+    def release(self) -> None:
+        """Call once the data has been copied (into the replay buffer) or dropped. Idempotent."""
+        free, self.on_release = self.on_release, None
+        if free is not None:
+            free()
 
 
 @dataclass
 class CollectorSetup:
-    """Everything collectors share; plain data, so another backend could ship it to its workers."""
+    """Everything collectors share; plain data, so the process backend ships it to its children."""
 
     agent: AgentConfig
     observation_space: gym.spaces.Box
@@ -85,12 +95,20 @@ class Collector(Protocol):
     collector_id: int
     incarnation: int
     """0 for the first start, +1 per restart."""
-    last_beat: float
-    """time.monotonic() of the last sign of progress (an env step returned, a batch pushed, or waiting on
-    the queue or the gate)."""
     error: BaseException | None
-    """Set when the collector died of an exception (with its traceback)."""
+    """Set when the collector died (an exception with its traceback, or a process's exit code or signal)."""
     batches: int
+    """Batches pushed so far."""
+    policy_version: int
+    """The weight version of the newest batch."""
+    killable: bool
+    """True if :meth:`close` can stop a collector stuck in ``env.step`` (a process), so a hung one is
+    replaced; False for a thread, which is abandoned instead."""
+
+    @property
+    def last_beat(self) -> float:
+        """time.monotonic() of the last sign of progress (an env step returned, a batch pushed, or waiting
+        on the queue or the gate)."""
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -99,131 +117,47 @@ class Collector(Protocol):
     def abandon(self) -> int:
         """Give up on a hung collector: it pushes nothing more; returns its in-flight reservation."""
     def close(self) -> None:
-        """Stop, and close the env (which releases one stuck in ``step``). Idempotent."""
+        """Stop, and release the env (closing it, or ending the process stuck in ``step``). Idempotent."""
 
 
-class ThreadCollector(ThreadWorker):
-    """A collector on its own Python thread (torch releases the GIL inside its ops)."""
+class EnvStepper:
+    """One vectorized env and a CPU policy: the env side of a collector, wherever it runs."""
 
-    def __init__(
-        self,
-        collector_id: int,
-        incarnation: int,
-        setup: CollectorSetup,
-        env: envs.VecEnv,
-        queue: TransitionQueue[CollectorBatch],
-        weights: WeightStore,
-        gate: RatioGate,
-        seed: int,
-        make_agent: Callable[..., Any],
-    ) -> None:
-        self.collector_id, self.incarnation = collector_id, incarnation
-        self.setup, self.env, self.queue, self.weights, self.gate = setup, env, queue, weights, gate
-        self.seed = seed
-        self._make_agent = make_agent
-        super().__init__(f"mbpo-collector-{collector_id}.{incarnation}", setup.torch_threads)
-        self.batches = 0
+    def __init__(self, collector_id: int, setup: CollectorSetup, env: envs.VecEnv, policy: Any, seed: int,
+                 beat: Callable[[], None]) -> None:
+        self.collector_id, self.setup, self.env, self.policy, self.beat = collector_id, setup, env, policy, beat
+        self.random_gen = torch.Generator().manual_seed(seed + 1)
+        self.obs = env.reset(seed=seed)
+        self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
-        self.last_beat = time.monotonic()
-        self.in_flight = 0
-        """Transitions reserved from the budget and not yet pushed (returned to the gate if abandoned)."""
-        self.abandoned = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._closed = False
+        """The published weight version the policy holds (0: none yet)."""
 
-    # -- the Collector protocol (start, join, is_alive, error: ThreadWorker) ---------------
-    def stop(self) -> None:
-        self._stop.set()
+    def use_weights(self, version: int, snapshot: dict[str, Any]) -> None:
+        """Load published weights into the policy, if they are newer than what it holds."""
+        if version != self.policy_version:
+            self.policy.load_snapshot(snapshot)
+            self.policy_version = version
 
-    def start(self) -> None:
-        self.beat()  # the timeout counts from the start, not from construction
-        super().start()
-
-    def abandon(self) -> int:
-        """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
-        which the caller hands back to the gate."""
-        with self._lock:
-            self.abandoned = True
-            self._stop.set()
-            in_flight, self.in_flight = self.in_flight, 0
-            return in_flight
-
-    def close(self) -> None:
-        """Stop and close the env (which also releases an env stuck in ``step``). Idempotent."""
-        self.stop()
-        if not self._closed:
-            self._closed = True
-            self.env.close()
-
-    def beat(self) -> None:
-        self.last_beat = time.monotonic()
-
-    # -- the thread ----------------------------------------------------------------------
-    def _work(self) -> None:
-        s, env = self.setup, self.env
-        policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", self.seed)
-        random_gen = torch.Generator().manual_seed(self.seed + 1)
-        obs = env.reset(seed=self.seed)
-        episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
-        self.beat()  # set-up done (building the replica can take a while on a loaded machine)
-        while not self._stop.is_set():
-            first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
-            with self._lock:
-                if self.abandoned:
-                    self.gate.release(granted)
-                    return
-                self.in_flight = granted
-            if granted == 0:
-                return
-            try:
-                latest = self.weights.latest()  # the newest weights, right before the batch starts
-                if latest is not None and latest.version != self.policy_version:
-                    policy.load_snapshot(latest.snapshot)  # atomic: a published snapshot never changes
-                    self.policy_version = latest.version
-                batch, obs = self._batch(policy, random_gen, obs, first, granted // env.num_envs, episode_return)
-                if s.debug:
-                    check_transitions(batch.data, f"collector {self.collector_id} -> queue", env.device,
-                                      env.obs_dim, env.action_space)
-            except BaseException:
-                self._give_back()
-                raise
-            with self._lock:
-                if self.abandoned:
-                    return  # declared hung meanwhile: its reservation was already handed back
-            if not self.queue.put(batch, self._stop, self.beat):
-                self._give_back()  # stopped while the queue was full: never ingested
-                return
-            with self._lock:
-                self.in_flight = 0
-            self.batches += 1
-            self.beat()
-
-    def _give_back(self) -> None:
-        with self._lock:
-            in_flight, self.in_flight = self.in_flight, 0
-        self.gate.release(in_flight)
-
-    def _batch(
-        self, policy: Any, random_gen: torch.Generator, obs: torch.Tensor, first: int, vector_steps: int,
-        episode_return: torch.Tensor,
-    ) -> tuple[CollectorBatch, torch.Tensor]:
-        env, n = self.env, self.env.num_envs
+    def collect(self, first: int, vector_steps: int) -> CollectorBatch:
+        """``vector_steps`` vector steps from transition index ``first`` on (random actions before
+        ``learning_starts``), acting with the policy's current weights."""
+        env, n, policy_version = self.env, self.env.num_envs, self.policy_version
         parts: list[TensorDict] = []
         returns: list[float] = []
         dropped = 0
         started = time.monotonic()
+        obs, episode_return = self.obs, self.episode_return
         for t in range(vector_steps):
             random = first + t * n < self.setup.learning_starts
             if random:
-                actions = envs.random_actions(env, random_gen)
+                actions = envs.random_actions(env, self.random_gen)
             else:
-                actions = policy.act(obs.cpu(), explore=True).to(env.device)
+                actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
             next_obs, reward, terminated, truncated, info = env.step(actions)
             self.beat()  # only a step that never returns makes a collector hung, not a slow one
             done = terminated | truncated
             step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
-            step[POLICY_VERSION] = torch.full((n,), 0 if random else self.policy_version, dtype=torch.int64,
+            step[POLICY_VERSION] = torch.full((n,), 0 if random else policy_version, dtype=torch.int64,
                                               device=step.device)
             finite = (torch.isfinite(obs).all(-1) & torch.isfinite(reward)
                       & torch.isfinite(step["next_obs"]).all(-1))
@@ -244,11 +178,12 @@ class ThreadCollector(ThreadWorker):
             if bool(poisoned.any()):  # a poisoned state cannot be acted on: restart those envs only
                 obs = env.reset(env_ids=poisoned)
                 episode_return[poisoned.cpu()] = 0.0
+        self.obs = obs
         data = torch.cat(parts)
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
-        return CollectorBatch(data, self.collector_id, self.policy_version, returns, vector_steps * n, dropped,
-                              time.monotonic(), started), obs
+        return CollectorBatch(data, self.collector_id, policy_version, returns, vector_steps * n, dropped,
+                              time.monotonic(), started)
 
     def _nonfinite(self, step: TensorDict, finite: torch.Tensor, at_transition: int) -> None:
         if self.setup.nonfinite == "drop":
@@ -261,3 +196,90 @@ class ThreadCollector(ThreadWorker):
             f"collector {self.collector_id}: env index {row} returned a non-finite {' and '.join(fields)} "
             f"(values {[step[f][row].tolist() for f in fields]}) at env step {at_transition + row}; "
             "set runtime.nonfinite=drop to drop such transitions and count them instead")
+
+
+class CollectorLoop:
+    """The gate -> collect -> queue loop of a collector, run on a thread of the trainer's process.
+
+    Subclasses say how a batch is collected (:meth:`_collect`) and how the
+    collector is set up (:meth:`_prepare`); the budget bookkeeping is here once:
+    a reservation that will never be ingested (a failure, a stop while the queue
+    is full, an abandoned collector) goes back to the gate exactly once.
+    """
+
+    killable = False
+
+    def __init__(self, collector_id: int, incarnation: int, setup: CollectorSetup,
+                 queue: TransitionQueue[CollectorBatch], weights: WeightStore, gate: RatioGate) -> None:
+        self.collector_id, self.incarnation = collector_id, incarnation
+        self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
+        self.batches = 0
+        self.policy_version = 0
+        self._beat = time.monotonic()
+        self.in_flight = 0
+        """Transitions reserved from the budget and not yet pushed (returned to the gate if abandoned)."""
+        self.abandoned = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    @property
+    def last_beat(self) -> float:
+        return self._beat
+
+    def beat(self) -> None:
+        self._beat = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def abandon(self) -> int:
+        """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
+        which the caller hands back to the gate."""
+        with self._lock:
+            self.abandoned = True
+            self._stop.set()
+            in_flight, self.in_flight = self.in_flight, 0
+            return in_flight
+
+    def _prepare(self) -> None:
+        """Set-up before the first reservation (build the replica, start the child, ...)."""
+
+    def _collect(self, first: int, granted: int) -> CollectorBatch:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        s = self.setup
+        self._prepare()
+        self.beat()  # set-up done (building the replica can take a while on a loaded machine)
+        while not self._stop.is_set():
+            first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
+            with self._lock:
+                if self.abandoned:
+                    self.gate.release(granted)
+                    return
+                self.in_flight = granted
+            if granted == 0:
+                return
+            try:
+                batch = self._collect(first, granted)
+            except BaseException:
+                self._give_back()
+                raise
+            with self._lock:
+                if self.abandoned:
+                    batch.release()
+                    return  # declared hung meanwhile: its reservation was already handed back
+            if not self.queue.put(batch, self._stop, self.beat):
+                batch.release()
+                self._give_back()  # stopped while the queue was full: never ingested
+                return
+            with self._lock:
+                self.in_flight = 0
+            self.policy_version = batch.policy_version
+            self.batches += 1
+            self.beat()
+
+    def _give_back(self) -> None:
+        with self._lock:
+            in_flight, self.in_flight = self.in_flight, 0
+        self.gate.release(in_flight)

@@ -1,13 +1,14 @@
 """Supervision: collector restarts and hang detection, worker errors, and stop signals.
 
 The main thread calls :meth:`CollectorPool.check` every few tens of
-milliseconds, so an exception in any collector reaches it well within 2 s,
-with the original traceback. A failed collector is restarted (fresh env, the
-newest published weights) while the restart budget lasts; after that the run
-stops cleanly and raises :class:`CollectorFailure`. A collector with no sign
-of progress for ``collector_timeout_s`` is reported as hung, abandoned (its
-env is closed, which releases a simulator stuck in ``step``) and the run goes
-on with the rest.
+milliseconds, so an exception in any collector (or a collector process that
+exits or is killed) reaches it well within 2 s, with the original traceback.
+A failed collector is restarted (fresh env, the newest published weights)
+while the restart budget lasts; after that the run stops cleanly and raises
+:class:`CollectorFailure`. A collector with no sign of progress for
+``collector_timeout_s`` is hung: a process is terminated and replaced; a
+thread, which cannot be killed, is abandoned (its env is closed, which
+releases a simulator stuck in ``step``) and the run goes on with the rest.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class CollectorPool:
         self.hung: set[int] = set()
         self.retired: list[Collector] = []
         """Failed or hung incarnations (joined at close)."""
+        self.failures: list[tuple[int, int, float, float, str]] = []
+        """Per failure or hang: (collector_id, incarnation, time.monotonic() when detected, its last sign of
+        progress then, what happened)."""
 
     def start(self) -> None:
         for c in self.collectors.values():
@@ -68,7 +72,11 @@ class CollectorPool:
         return all(not c.is_alive() and c.error is None for i, c in self.collectors.items() if i not in self.hung)
 
     def check(self) -> None:
-        """Restart failed collectors, abandon hung ones; raise CollectorFailure when the run cannot go on."""
+        """Restart failed collectors, deal with hung ones; raise CollectorFailure when the run cannot go on.
+
+        A hung collector that can be killed (a process) is terminated and replaced like a failed one; a
+        thread cannot be killed, so it is abandoned (its env closed) and the run goes on with the rest.
+        """
         now = time.monotonic()
         for cid, c in list(self.collectors.items()):
             if cid in self.hung:
@@ -76,12 +84,15 @@ class CollectorPool:
             if c.error is not None:
                 self._failed(cid, c)
             elif c.is_alive() and now - c.last_beat > self.timeout_s:
-                self.hung.add(cid)
                 self.gate.release(c.abandon())
                 c.close()
                 self.retired.append(c)
-                self.log(f"[mbpo] collector {cid} is hung: no batch for {now - c.last_beat:.1f} s "
-                         f"(runtime.collector_timeout_s={self.timeout_s}); going on with the rest")
+                quiet = f"no sign of progress for {now - c.last_beat:.1f} s (runtime.collector_timeout_s={self.timeout_s})"
+                if c.killable:
+                    self._replace(cid, c, f"collector {cid} is hung: {quiet}; terminated it", None)
+                else:
+                    self.hung.add(cid)
+                    self.log(f"[mbpo] collector {cid} is hung: {quiet}; going on with the rest")
         if len(self.hung) == len(self.collectors):
             raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
 
@@ -90,13 +101,21 @@ class CollectorPool:
         assert error is not None
         c.close()
         self.retired.append(c)
-        if isinstance(error, NonFiniteEnvError) or self.restarts >= self.max_restarts:
-            why = ("a non-finite env value is not restartable" if isinstance(error, NonFiniteEnvError)
-                   else f"restart budget spent ({self.restarts}/{self.max_restarts})")
-            raise CollectorFailure(f"collector {cid} failed; {why}: {error}") from error
+        if isinstance(error, NonFiniteEnvError):
+            raise CollectorFailure(f"collector {cid} failed; a non-finite env value is not restartable: "
+                                   f"{error}") from error
+        self._replace(cid, c, f"collector {cid} failed", error)
+
+    def _replace(self, cid: int, c: Collector, what: str, error: BaseException | None) -> None:
+        """Start the next incarnation from the newest weights while the restart budget lasts."""
+        self.failures.append((cid, c.incarnation, time.monotonic(), c.last_beat, what))
+        if self.restarts >= self.max_restarts:
+            raise CollectorFailure(f"{what}; restart budget spent ({self.restarts}/{self.max_restarts})"
+                                   f"{': ' + str(error) if error is not None else ''}") from error
         self.restarts += 1
-        self.log(f"[mbpo] collector {cid} failed; restarting it from the newest weights "
-                 f"(restart {self.restarts}/{self.max_restarts}):\n{format_error(error)}")
+        detail = f":\n{format_error(error)}" if error is not None else ""
+        self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"
+                 f"{self.max_restarts}){detail}")
         replacement = self.make_collector(cid, c.incarnation + 1)
         self.collectors[cid] = replacement
         replacement.start()

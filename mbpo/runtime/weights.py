@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mbpo.debug import check_snapshot
 
@@ -36,14 +36,25 @@ class WeightStore:
         self._lock = threading.Lock()
         self._latest: Published | None = None
         self._published_at: dict[int, float] = {}
+        self._mirrors: list[Callable[[int, dict[str, Any]], None]] = []
 
     @property
     def version(self) -> int:
         latest = self._latest  # one reference read: atomic under the GIL
         return 0 if latest is None else latest.version
 
+    def add_mirror(self, write: Callable[[int, dict[str, Any]], None]) -> None:
+        """Also hand every publication (version, snapshot) to ``write``: e.g. shared memory for processes."""
+        self._mirrors.append(write)
+        if self._latest is not None:
+            write(self._latest.version, self._latest.snapshot)
+
+    def remove_mirror(self, write: Callable[[int, dict[str, Any]], None]) -> None:
+        if write in self._mirrors:
+            self._mirrors.remove(write)
+
     def publish(self, snapshot: dict[str, Any]) -> int:
-        """Store ``snapshot`` as the next version; returns that version."""
+        """Store ``snapshot`` as the next version (and write it to every mirror); returns that version."""
         check_snapshot(snapshot, "publish", finite=False)  # collectors never receive device tensors
         with self._lock:
             version = self.version + 1
@@ -53,6 +64,8 @@ class WeightStore:
             if len(self._published_at) > 4096:  # lag lookups only need recent versions
                 for old in sorted(self._published_at)[:2048]:
                     del self._published_at[old]
+            for write in self._mirrors:
+                write(version, snapshot)
             return version
 
     def latest(self) -> Published | None:

@@ -38,7 +38,9 @@ from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, swit
 from mbpo.devices import DeviceMismatchError
 from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
-from mbpo.runtime.collectors import CollectorBatch, CollectorSetup, ThreadCollector
+from mbpo.runtime.backends import Backend
+from mbpo.runtime.backends.thread import ThreadBackend
+from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
@@ -70,9 +72,7 @@ class AsyncTrainer(Trainer):
     def _build_runtime(self, config: Config) -> None:
         rt = config.runtime
         self.envs = [self.env]
-        for i in range(1, self.num_collectors):
-            self.envs.append(self._collector_env(i, 0))
-        self.components |= {f"collector {i} env": e for i, e in enumerate(self.envs)}
+        self.components["collector 0 env"] = self.env
         self.check_devices()
         n = config.env.num_envs
         self.weights = WeightStore()
@@ -84,12 +84,14 @@ class AsyncTrainer(Trainer):
             config.model.train_freq if self.model is not None else None, rt.ratio_tolerance,
             min_lead=steps_per_batch * n)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
-            DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full,
-            on_drop=lambda batch: self.gate.discard(batch.env_steps))
+            DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
         self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
                                     rt.collector_threads, config.debug)
-        self.pool = CollectorPool(self.num_collectors, self._make_collector, self.gate, rt.max_restarts,
+        self.backend = self._make_backend(rt.backend)
+        if not self.backend.uses_trainer_env:  # it gave the spaces and passed the device check; children build theirs
+            self.env.close()
+        self.pool = CollectorPool(self.num_collectors, self.backend.make_collector, self.gate, rt.max_restarts,
                                   rt.collector_timeout_s)
         self.model_worker: ModelWorker | None = None
         if self.model is not None:
@@ -112,7 +114,7 @@ class AsyncTrainer(Trainer):
         return self._collector_env(0, 0)
 
     def _collector_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
-        seed = self.seeds["env"] + 7919 * collector_id + 104_729 * incarnation
+        seed = self._env_seed(collector_id, incarnation)
         if self._env_factory is None:
             return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed,
                              source=self.config.env.source)
@@ -123,11 +125,32 @@ class AsyncTrainer(Trainer):
                                       f"plan is {self.plan.device}; build it on {self.plan.device}")
         return env
 
-    def _make_collector(self, collector_id: int, incarnation: int) -> ThreadCollector:
-        env = self.envs[collector_id] if incarnation == 0 else self._collector_env(collector_id, incarnation)
-        seed = self.seeds["actions"] + 7919 * collector_id + 104_729 * incarnation
-        return ThreadCollector(collector_id, incarnation, self.setup, env, self.queue, self.weights, self.gate,
-                               seed, make_agent)
+    def _env_seed(self, collector_id: int, incarnation: int) -> int:
+        return self.seeds["env"] + 7919 * collector_id + 104_729 * incarnation
+
+    def _action_seed(self, collector_id: int, incarnation: int) -> int:
+        return self.seeds["actions"] + 7919 * collector_id + 104_729 * incarnation
+
+    def _make_backend(self, name: str) -> Backend:
+        """The one place a backend is chosen; everything after talks to the Collector protocol."""
+        if name == "process":
+            from mbpo.runtime.backends.process import ProcessBackend
+
+            cfg = self.config
+            return ProcessBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.env.id,
+                                  cfg.env.source, str(self.env_device), self._env_seed, self._action_seed,
+                                  self.agent.snapshot(), self._env_factory)
+        return ThreadBackend(self.setup, self.queue, self.weights, self.gate, self._thread_env, self._action_seed,
+                             make_agent)
+
+    def _thread_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
+        """Collector 0's first env is the one the trainer built; every other is built here (device-checked)."""
+        return self.env if (collector_id, incarnation) == (0, 0) else self._collector_env(collector_id, incarnation)
+
+    def _dropped(self, batch: CollectorBatch) -> None:
+        """queue_full=drop_oldest displaced ``batch``: its env steps were spent, and its slot is free again."""
+        self.gate.discard(batch.env_steps)
+        batch.release()
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
@@ -150,7 +173,7 @@ class AsyncTrainer(Trainer):
         torch.set_num_threads(cfg.runtime.learner_threads)
         if cfg.debug:
             torch.autograd.set_detect_anomaly(True)
-            for line in switches(cfg.runtime.num_collectors):
+            for line in switches(cfg.runtime.num_collectors, cfg.runtime.backend):
                 print(f"[mbpo debug] {line}", file=sys.stderr)
         try:
             with StopOnSignals(self.stop_event) as signals:
@@ -242,6 +265,7 @@ class AsyncTrainer(Trainer):
             if n:
                 self.buffer.extend(data.select(*TRANSITION_KEYS, NEXT_OBS_VALID).to(device))
             self.gate.add(ingested=item.env_steps)
+        item.release()  # copied into the replay buffer: a shared-memory slot can take the next batch
         self.env_steps = self.gate.ingested + self.gate.discarded  # env interactions, dropped batches included
         self.learning_env_steps = self.gate.learning_transitions()
         self.nonfinite_dropped += item.dropped_nonfinite
@@ -410,7 +434,8 @@ class AsyncTrainer(Trainer):
         self._closed = True
         try:
             self._shutdown()
-            self.pool.close()  # closes every collector's env
+            self.pool.close()  # closes every collector's env (or ends its process)
+            self.backend.close()
             self.eval_env.close()
         finally:
             self._close_run_dir()

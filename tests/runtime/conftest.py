@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import pytest
 
 import envs
-from envs.faults import FaultyEnv
+from envs.faults import FaultyFactory
 from mbpo.config import Config, load_config
 
 TINY = [
@@ -30,16 +30,10 @@ def tiny_config(tmp_path: Path) -> Callable[..., Config]:
     return make
 
 
-def faulty(fault: str, collectors: set[int], at_step: int = 3, **kw: object) -> Callable[[int, int, int], envs.VecEnv]:
-    """An env_factory whose first incarnation of the chosen collectors gets ``fault`` at ``at_step``."""
-
-    def factory(collector_id: int, incarnation: int, seed: int, env_id: str = "Pendulum-v1") -> envs.VecEnv:
-        env = envs.make(env_id, 1, device="cpu", seed=seed)
-        if collector_id in collectors and incarnation == 0:
-            return FaultyEnv(env, fault, at_step=at_step, **kw)  # type: ignore[arg-type]
-        return env
-
-    return factory
+def faulty(fault: str, collectors: set[int], at_step: int = 3, **kw: object) -> FaultyFactory:
+    """An env_factory whose first incarnation of the chosen collectors gets ``fault`` at ``at_step``
+    (picklable, so it works with collector processes too)."""
+    return FaultyFactory(fault, tuple(sorted(collectors)), at_step, options=dict(kw))
 
 
 @pytest.fixture
@@ -48,3 +42,40 @@ def thread_baseline() -> Iterator[int]:
     before = threading.active_count()
     yield before
     assert threading.active_count() == before, [t.name for t in threading.enumerate()]
+
+
+@pytest.fixture(params=["thread", "process"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Runs a test once per collector backend."""
+    return str(request.param)
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """The test must end with no collector process alive and no shared-memory segment left in /dev/shm.
+
+    Named semaphores (``sem.*``) are left out: tqdm keeps one for the life of the process; that our own
+    are released is checked at process exit by test_process_backend (no resource_tracker warning)."""
+    import multiprocessing as mp
+    import os
+
+    def segments() -> set[str]:
+        return {n for n in os.listdir("/dev/shm") if not n.startswith("sem.")} if os.path.isdir("/dev/shm") else set()
+
+    before = segments()
+    yield
+    assert mp.active_children() == []
+    assert segments() - before == set()
+
+
+def snapshot_batches(trainer: object, seen: list) -> None:
+    """Record a copy of every batch the trainer ingests (a process batch's data is a reused shared slot)."""
+    import dataclasses
+
+    ingest = trainer._ingest  # type: ignore[attr-defined]
+
+    def spy(item: object) -> None:
+        seen.append(dataclasses.replace(item, data=item.data.clone(), on_release=None))  # type: ignore
+        ingest(item)
+
+    trainer._ingest = spy  # type: ignore[attr-defined]

@@ -15,14 +15,15 @@ from mbpo.buffers import NEXT_OBS, OBS, REWARD
 from mbpo.config import Config
 from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
 from mbpo.trainers import AsyncTrainer
+from tests.runtime.conftest import snapshot_batches
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_async_sac_run_keeps_the_update_ratio_and_closes_every_thread(
-    tiny_config: Callable[..., Config], thread_baseline: int
+    tiny_config: Callable[..., Config], thread_baseline: int, backend: str, no_leaks: None
 ) -> None:
-    cfg = tiny_config("agent.utd_ratio=2")
+    cfg = tiny_config("agent.utd_ratio=2", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert row["env_steps"] == 384
@@ -40,12 +41,11 @@ def test_async_sac_run_keeps_the_update_ratio_and_closes_every_thread(
 
 
 def test_batches_carry_policy_version_and_collector_id(tiny_config: Callable[..., Config],
-                                                       thread_baseline: int) -> None:
-    cfg = tiny_config()
+                                                       thread_baseline: int, backend: str) -> None:
+    cfg = tiny_config(f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     seen: list[CollectorBatch] = []
-    ingest = trainer._ingest
-    trainer._ingest = lambda item: (seen.append(item), ingest(item))[1]  # type: ignore[method-assign]
+    snapshot_batches(trainer, seen)
     trainer.run()
     assert {b.collector_id for b in seen} == {0, 1}
     for b in seen:
@@ -58,20 +58,20 @@ def test_batches_carry_policy_version_and_collector_id(tiny_config: Callable[...
 
 
 def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Callable[..., Config],
-                                                               thread_baseline: int) -> None:
+                                                               thread_baseline: int, backend: str) -> None:
     """DQN: zero Q-net and epsilon 0 make every action 0. A batch a collector started after the
     publication must act with them: at most the batch in progress at that moment used the old ones."""
     import time
 
     cfg = tiny_config("env.id=CartPole-v1", "agent.name=dqn", "agent.learning_starts=0", "agent.utd_ratio=0.25",
-                      "runtime.publish_every=1000000", "total_env_steps=1024")
+                      "runtime.publish_every=1000000", "total_env_steps=1024", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     seen: list[CollectorBatch] = []
     published: list[tuple[int, float]] = []
+    snapshot_batches(trainer, seen)
     ingest = trainer._ingest
 
     def spy(item: CollectorBatch) -> None:
-        seen.append(item)
         ingest(item)
         if len(seen) == 4 and not published:  # mid-run, from the learner's thread
             snap = trainer.agent.snapshot()
@@ -136,16 +136,20 @@ def test_debug_mode_runs_one_collector_with_checks_and_says_what_is_on(
 
 
 def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Callable[..., Config],
-                                                                 thread_baseline: int) -> None:
+                                                                 thread_baseline: int, backend: str) -> None:
     cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
                       "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64")
+                      "model.epoch_length=64", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert trainer.model is not None
     # Ratio-gated: the last batch was reserved with at most one training owed beyond its lead (one batch).
     assert trainer.model.trainings >= (384 - 32) // 64 - 1
     assert row["model_busy"] > 0 and row["rollout_policy_version"] >= 1
+    tolerance = cfg.runtime.ratio_tolerance  # the realised ratios of the gate's rule, whatever runs collectors
+    assert abs(row["utd_ratio_realised"] / cfg.agent.utd_ratio - 1) <= tolerance
+    assert abs(row["rollouts_per_real_realised"] / cfg.model.rollouts_per_real - 1) <= tolerance
+    assert row["model_trainings_per_real"] >= (1 - tolerance) * (384 - 64) / 64 / 384
     buf = trainer.model.model_buffer
     newest = buf.newest(len(buf))
     assert int(newest["model_version"].max()) == trainer.model.ensemble.version
@@ -247,3 +251,63 @@ def test_async_evaluates_on_the_sync_trainers_cadence(tiny_config: Callable[...,
     AsyncTrainer(cfg, cfg.run_dir).run()
     evals = [int(r["env_steps"]) for r in read_metrics(f"{cfg.run_dir}/metrics.csv") if r["eval_return"]]
     assert evals == ([128, 256, 384] if eval_every == 128 else [])
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("queue_full", ["block", "drop_oldest"])
+def test_back_pressure_keeps_the_queue_and_the_ring_bounded(tiny_config: Callable[..., Config], thread_baseline: int,
+                                                            backend: str, queue_full: str) -> None:
+    """A one-batch queue behind a learner doing 8 updates per transition: collectors wait (block) or
+    displace the oldest batch (drop_oldest, counted), and every transition is either stored or discarded."""
+    cfg = tiny_config("runtime.max_queue_size=1", f"runtime.queue_full={queue_full}", "agent.utd_ratio=8",
+                      f"runtime.backend={backend}")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    depths: list[int] = []
+    ingest = trainer._ingest
+    trainer._ingest = lambda item: (depths.append(len(trainer.queue)), ingest(item))[1]  # type: ignore[method-assign]
+    row = trainer.run()
+    assert max(depths) <= 1 and row["env_steps"] == 384
+    assert len(trainer.buffer) + trainer.gate.discarded == 384
+    assert (row["queue_drops"] == 0) if queue_full == "block" else (trainer.gate.discarded == 32 * row["queue_drops"])
+    if backend == "process":  # every shared slot came back: a dropped batch frees its slot too
+        assert trainer.backend.ring.free_slots == trainer.backend.ring.num_slots
+
+
+@pytest.mark.reliability
+def test_a_slow_collector_holds_no_one_back(tiny_config: Callable[..., Config], thread_baseline: int,
+                                            backend: str) -> None:
+    from tests.runtime.conftest import faulty
+
+    # A slow collector's batch in flight counts as collected for the gate; with a lead of one batch (a tiny
+    # run at ratio_tolerance=0.1) it would pace everyone, so the lead here is the data so far.
+    cfg = tiny_config(f"runtime.backend={backend}", "agent.utd_ratio=2", "runtime.ratio_tolerance=1.0")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("slow", {1}, at_step=1, delay_s=0.05))
+    seen: list[CollectorBatch] = []
+    snapshot_batches(trainer, seen)
+    row = trainer.run()
+    assert row["env_steps"] == 384 and row["utd_ratio_realised"] == pytest.approx(2.0, rel=0.01)
+    assert len(trainer.buffer) == 384
+    per = {c: sum(b.collector_id == c for b in seen) for c in (0, 1)}
+    assert per[0] > per[1] >= 1  # the fast one collected most of the budget
+
+
+@pytest.mark.reliability
+def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[..., Config], thread_baseline: int,
+                                                          backend: str, no_leaks: None) -> None:
+    """A stop (what Ctrl-C and SIGTERM set) in the middle of a busy run: the queue is drained into the
+    buffer, workers end, a final checkpoint holds exactly the env steps taken."""
+    cfg = tiny_config(f"runtime.backend={backend}", "total_env_steps=100000", "runtime.num_collectors=3")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    ingest = trainer._ingest
+
+    def stop_after_some(item: CollectorBatch) -> None:
+        ingest(item)
+        if trainer.env_steps >= 256:
+            trainer.stop_event.set()
+
+    trainer._ingest = stop_after_some  # type: ignore[method-assign]
+    row = trainer.run()
+    assert 256 <= row["env_steps"] < 100000 and len(trainer.buffer) == trainer.env_steps
+    assert not any(c.is_alive() for c in trainer.pool.collectors.values())
+    ckpts = sorted((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts[-1].name == f"ckpt_{trainer.env_steps:012d}.pt"

@@ -1,0 +1,124 @@
+"""The body of a collector process (``runtime.backend=process``): build, then collect into ring slots.
+
+It receives plain data only (a :class:`ChildSpec`, shared-memory handles, its
+end of a pipe), builds its own env (and, for ``cuda:N``, its own CUDA context)
+and CPU policy, and then, for each grant from the trainer, reads the newest
+weights, collects one batch, writes it into the granted ring slot and answers
+with the slot index and the batch's bookkeeping. An exception is sent back
+with its traceback before the process exits with code 1; Ctrl-C is the
+trainer's to handle (the trainer stops its children), and the process dies
+with the trainer if the trainer is killed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from multiprocessing.connection import Connection
+
+from mbpo.runtime.collectors import CollectorSetup, EnvStepper
+from mbpo.runtime.shared_ring import SharedRing
+from mbpo.runtime.shared_weights import SharedWeights
+
+__all__ = ["ChildSpec", "collector_main"]
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ChildSpec:
+    """Everything a collector process is built from: plain, picklable data (checked before it starts)."""
+
+    collector_id: int
+    incarnation: int
+    setup: CollectorSetup
+    env_id: str
+    env_source: str
+    env_device: str
+    """A device string (``"cpu"``, ``"cuda:1"``), never a ``torch.device``."""
+    env_seed: int
+    action_seed: int
+    trainer_pid: int = 0
+    """The trainer's pid: a child whose parent is no longer it exits at once."""
+    env_factory: Callable[[int, int, int], Any] | None = None
+    """``(collector_id, incarnation, seed) -> VecEnv``, importable by the child (module-level); None:
+    ``envs.make(env_id, ...)``."""
+
+
+def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights: SharedWeights,
+                   beats: torch.Tensor) -> None:
+    """Entry point of the spawned process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children
+    _die_with_parent(spec.trainer_pid)
+    cid, setup = spec.collector_id, spec.setup
+    torch.set_num_threads(setup.torch_threads)
+    env = None
+    try:
+        import envs
+        from mbpo.agents import make_agent
+        from mbpo.debug import check_transitions, switches
+
+        if setup.debug:
+            for line in switches(1, "process"):
+                print(f"[mbpo debug] collector {cid} (pid {os.getpid()}): {line}", file=sys.stderr, flush=True)
+
+        def beat() -> None:
+            beats[cid] = time.monotonic()
+
+        beat()
+        if spec.env_factory is not None:
+            env = spec.env_factory(cid, spec.incarnation, spec.env_seed)
+        else:
+            env = envs.make(spec.env_id, setup.num_envs, device=spec.env_device, seed=spec.env_seed,
+                            source=spec.env_source)
+        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
+        stepper = EnvStepper(cid, setup, env, policy, spec.action_seed, beat)
+        conn.send(("ready", os.getpid()))
+        while True:
+            message = conn.recv()
+            if message[0] == "stop":
+                return
+            _, first, granted, slot = message
+            newest = weights.read(stepper.policy_version)
+            if newest is not None:
+                stepper.use_weights(*newest)
+            batch = stepper.collect(first, granted // env.num_envs)
+            if setup.debug:
+                check_transitions(batch.data, f"collector {cid} -> ring slot {slot}", env.device, env.obs_dim,
+                                  env.action_space)
+            ring.write(slot, batch.data)
+            conn.send(("batch", slot, batch.data.shape[0], batch.policy_version, batch.episode_returns,
+                       batch.env_steps, batch.dropped_nonfinite, batch.created_at, batch.started_at))
+    except (EOFError, BrokenPipeError):
+        return  # the trainer is gone or has closed our pipe: nothing left to report to
+    except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+        try:
+            conn.send(("error", type(exc).__name__, str(exc), text))
+        except OSError:
+            pass
+        sys.exit(1)
+    finally:
+        if env is not None:
+            env.close()
+
+
+def _die_with_parent(trainer_pid: int) -> None:
+    """Linux: SIGKILL this process when the trainer dies, so no collector outlives it (a no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        return
+    if os.getppid() != trainer_pid:  # the trainer died before the prctl took effect
+        os._exit(1)

@@ -1,0 +1,254 @@
+"""``runtime.backend=process``: each collector runs in its own ``spawn``ed process.
+
+For CPU-bound or flaky simulators (the GIL no longer serialises them, and a
+process stuck in ``env.step`` can be killed), and for several GPUs. What
+crosses into a child is checked plain data (mbpo.runtime.handoff): the config,
+the env id, device strings, seeds and shared-memory handles. Each child has
+its own pipe to the trainer, so a child killed at any instant can corrupt
+nothing another child uses:
+
+* transitions: the child writes a batch into a ring slot the trainer granted
+  (mbpo.runtime.shared_ring) and sends back only the slot index;
+* weights: every published snapshot is mirrored into a seqlocked shared slot
+  (mbpo.runtime.shared_weights) that the child reads between batches;
+* the ratio gate: for each child a proxy thread in the trainer runs the same
+  :class:`~mbpo.runtime.collectors.CollectorLoop` as a thread collector, so
+  the :class:`~mbpo.runtime.gate.RatioGate`'s rule and counters stay in the
+  trainer and no lock is shared with a process that may be killed inside it;
+* heartbeats: a shared float per collector, written after every env step.
+
+A child that raises sends its traceback; one that exits or is killed is seen
+by its pipe closing. Either way the supervisor restarts it from the newest
+weights; a hung one is terminated (SIGTERM, then SIGKILL) and replaced.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+from mbpo.debug import check_transitions
+from mbpo.runtime.backends.child import ChildSpec, collector_main
+from mbpo.runtime.collectors import (
+    COLLECTOR_ID, POLICY_VERSION, CollectorBatch, CollectorLoop, CollectorSetup, NonFiniteEnvError,
+)
+from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.handoff import check_plain
+from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.shared_ring import SharedRing
+from mbpo.runtime.shared_weights import SharedWeights
+from mbpo.runtime.weights import WeightStore
+
+__all__ = ["ProcessBackend", "ProcessCollector", "CollectorProcessError"]
+
+POLL_S = 0.05
+TERM_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this long
+START_TIMEOUT_S = 120.0  # from spawn to "ready": a new interpreter, torch's imports, the env and the policy
+
+
+class CollectorProcessError(RuntimeError):
+    """A collector process raised (the message holds its traceback), exited or was killed."""
+
+
+class _Stopped(Exception):
+    """The collector was stopped or abandoned while it waited; not an error."""
+
+
+def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
+    """The parent-side exception for a child's: the same type where the supervisor decides on it."""
+    where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
+    return NonFiniteEnvError(where) if type_name == "NonFiniteEnvError" else CollectorProcessError(where)
+
+
+class ProcessCollector(CollectorLoop):
+    """The trainer-side half of a collector process: starts the child and runs its gate/queue loop."""
+
+    killable = True
+
+    def __init__(self, collector_id: int, incarnation: int, setup: CollectorSetup,
+                 queue: TransitionQueue[CollectorBatch], weights: WeightStore, gate: RatioGate,
+                 backend: ProcessBackend, spec: ChildSpec) -> None:
+        super().__init__(collector_id, incarnation, setup, queue, weights, gate)
+        self.backend, self.spec = backend, spec
+        self.error: BaseException | None = None
+        self.pid: int | None = None
+        self.process: Any = None
+        self._conn: Any = None
+        self._slot: int | None = None  # granted to the child and not yet handed on
+        self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
+                                        daemon=True)
+        self._closed = False
+
+    # -- the Collector protocol --------------------------------------------------------
+    @property
+    def last_beat(self) -> float:
+        return max(self._beat, float(self.backend.beats[self.collector_id]))
+
+    def start(self) -> None:
+        """Spawn the child (from the caller's thread, so it dies with the trainer) and start the proxy."""
+        b = self.backend
+        check_plain(self.spec, f"collector {self.collector_id}'s spec")
+        parent_end, child_end = b.ctx.Pipe()
+        self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
+                                                                   b.beats),
+                                     name=f"mbpo-collector-{self.collector_id}.{self.incarnation}")
+        self.beat()
+        self.process.start()
+        child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
+        self._conn, self.pid = parent_end, self.process.pid
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """The proxy thread ends; then the child is asked to stop and joined, all by ``timeout``."""
+        deadline = time.monotonic() + timeout
+        if self._thread.ident is not None:
+            self._thread.join(max(timeout, 0.0))
+        if self.process is not None and self.process.is_alive():
+            self._send(("stop",))
+            self.process.join(max(deadline - time.monotonic(), 0.0))
+        return not self._thread.is_alive() and (self.process is None or not self.process.is_alive())
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop the proxy, end the child (asked; then SIGTERM; then SIGKILL), free its slot. Idempotent."""
+        self.stop()
+        if self._closed:
+            return
+        self._closed = True
+        if self.process is not None:
+            self._send(("stop",))
+            self.process.join(POLL_S)
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join(TERM_GRACE_S)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        if self._thread.ident is not None:
+            self._thread.join(TERM_GRACE_S)
+        if self._slot is not None:  # the child is gone: nobody writes the slot any more
+            self.backend.ring.free(self._slot)
+            self._slot = None
+        if self._conn is not None:
+            self._conn.close()
+        if self.process is not None:
+            self.process.close()  # releases the process's own handles (a sentinel fd)
+            self.process = None
+
+    # -- the proxy thread ------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
+            self.error = exc
+
+    def _prepare(self) -> None:
+        """Wait for the child to say it is ready. Starting a Python interpreter and importing torch takes
+        seconds (more with several children on few cores), so it is timed by START_TIMEOUT_S, not by
+        runtime.collector_timeout_s: the proxy beats for it meanwhile."""
+        message = self._recv(startup_deadline=time.monotonic() + START_TIMEOUT_S)
+        if message[0] != "ready":
+            raise CollectorProcessError(f"collector {self.collector_id}'s process said {message[0]!r} before "
+                                        "'ready'")
+        if self.setup.debug:
+            print(f"[mbpo debug] collector {self.collector_id}.{self.incarnation} runs as pid {self.pid}",
+                  file=sys.stderr)
+
+    def _collect(self, first: int, granted: int) -> CollectorBatch:
+        ring = self.backend.ring
+        slot = ring.acquire(self._stop)
+        if slot is None:
+            raise _Stopped
+        self._slot = slot
+        self._send(("collect", first, granted, slot), required=True)
+        _, slot, rows, version, returns, env_steps, dropped, created, started = self._recv()
+        data = ring.view(slot, rows)
+        if self.setup.debug:
+            check_transitions(data, f"ring slot {slot} -> collector {self.collector_id}'s batch", torch.device("cpu"),
+                              data["obs"].shape[-1], self.setup.action_space)
+        self._slot = None
+        return CollectorBatch(data, self.collector_id, version, list(returns), env_steps, dropped, created, started,
+                              on_release=lambda: ring.free(slot))
+
+    def _send(self, message: tuple, required: bool = False) -> None:
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError):  # the child is gone (its pipe broke) or we closed our end
+            if required:
+                raise self._death() from None
+
+    def _recv(self, startup_deadline: float | None = None) -> tuple:
+        """The child's next message; its error, or its death, raised here."""
+        while True:
+            if startup_deadline is not None:
+                if time.monotonic() > startup_deadline:
+                    raise CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) did not "
+                                                f"start within {START_TIMEOUT_S:.0f} s")
+                self.beat()
+            try:
+                if self._conn.poll(POLL_S):
+                    message = self._conn.recv()
+                    if message[0] == "error":
+                        raise remote_error(self.collector_id, self.pid, *message[1:])
+                    return message
+            except (EOFError, OSError):
+                raise self._death() from None
+            if self.abandoned:
+                raise _Stopped
+            if not self.process.is_alive() and not self._conn.poll(0):
+                raise self._death()
+
+    def _death(self) -> BaseException:
+        if self.abandoned or self._closed:
+            return _Stopped()
+        self.process.join(1.0)
+        code = self.process.exitcode
+        how = ("is still running but closed its pipe" if code is None else
+               f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
+        return CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) {how}")
+
+
+class ProcessBackend:
+    """Shared resources of the collector processes (ring, weights mirror, heartbeats) and their factory."""
+
+    name = "process"
+    uses_trainer_env = False
+    """Every child builds its own env; the trainer's first one only gave the spaces."""
+
+    def __init__(self, setup: CollectorSetup, queue: TransitionQueue[CollectorBatch], weights: WeightStore,
+                 gate: RatioGate, num_collectors: int, env_id: str, env_source: str, env_device: str,
+                 env_seed: Callable[[int, int], int], action_seed: Callable[[int, int], int],
+                 template_snapshot: dict[str, Any], env_factory: Callable[..., Any] | None = None) -> None:
+        self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
+        self.env_id, self.env_source, self.env_device = env_id, env_source, str(env_device)
+        self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
+        self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
+        rows = setup.vector_steps_per_batch * setup.num_envs
+        # Every batch the queue may hold, one being written per collector, and one to spare for a batch the
+        # queue's drop_oldest has just displaced.
+        self.ring = SharedRing(queue.max_size + num_collectors + 1, rows, int(setup.observation_space.shape[0]),
+                               setup.action_space, extra_int64=(POLICY_VERSION, COLLECTOR_ID))
+        self.shared_weights = SharedWeights(template_snapshot, self.ctx)
+        self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
+        weights.add_mirror(self.shared_weights.write)
+
+    def make_collector(self, collector_id: int, incarnation: int) -> ProcessCollector:
+        spec = ChildSpec(collector_id, incarnation, self.setup, self.env_id, self.env_source, self.env_device,
+                         self.env_seed(collector_id, incarnation), self.action_seed(collector_id, incarnation),
+                         trainer_pid=os.getpid(), env_factory=self.env_factory)
+        return ProcessCollector(collector_id, incarnation, self.setup, self.queue, self.weights, self.gate, self,
+                                spec)
+
+    def close(self) -> None:
+        self.weights.remove_mirror(self.shared_weights.write)

@@ -1,0 +1,132 @@
+"""The newest published snapshot in shared memory, for collector processes: never a torn read.
+
+Double buffering with a sequence counter per buffer (a seqlock each). The
+learner, the only writer, writes a new snapshot into the buffer readers are
+not directed to: it bumps that buffer's counter to odd, copies every tensor in,
+bumps it to even, and only then points readers at it. A reader notes the
+newest buffer and its counter, copies the buffer, and reads the counter again:
+equal and even means one consistent snapshot. A reader is retried only when
+two publications overtake one copy, so the learner never waits and readers
+are not starved by frequent publishing.
+
+Counters are read and written under a ``spawn``-context lock (a memory
+barrier on every CPU), held for a few integers only. A reader killed inside
+that tiny section would leave the lock held: the writer detects it (a
+timed-out acquire), releases it and goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from multiprocessing.context import SpawnContext
+from typing import Any
+
+import torch
+
+__all__ = ["SharedWeights"]
+
+STUCK_LOCK_S = 1.0  # the lock guards one integer: held longer than this, its holder is dead
+RETRY_S = 0.0005
+
+
+def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(tree, dict):
+        return [leaf for key, value in tree.items() for leaf in _leaves(value, (*prefix, str(key)))]
+    return [(prefix, tree)]
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+class SharedWeights:
+    """Shared buffers shaped after a template snapshot (nested dicts of CPU tensors, ints and floats)."""
+
+    crosses_processes = True
+    """Handed to spawned children: its shared tensors travel as descriptors, its lock by the spawn context."""
+
+    def __init__(self, template: dict[str, Any], ctx: SpawnContext) -> None:
+        self._layout: list[tuple[tuple[str, ...], str, torch.dtype, tuple[int, ...]]] = []
+        buffers: dict[str, torch.Tensor] = {}
+        for path, value in _leaves(template):
+            if isinstance(value, torch.Tensor):
+                kind, t = "tensor", value
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"snapshot entry {'/'.join(path)} is a {type(value).__name__}; expected tensors, "
+                                "ints and floats only")
+            else:
+                kind, t = type(value).__name__, torch.tensor(value, dtype=torch.float64)
+            name = "/".join(path)
+            self._layout.append((path, kind, t.dtype, tuple(t.shape)))
+            buffers[name] = torch.zeros_like(t, device="cpu").contiguous().share_memory_()
+        self._buffers = [buffers, {k: torch.zeros_like(v).share_memory_() for k, v in buffers.items()}]
+        # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1]
+        self._meta = torch.tensor([0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
+        self._lock = ctx.Lock()
+
+    def _locked(self) -> Any:
+        """The counters' lock; a holder dead inside it (held past STUCK_LOCK_S) is released for it."""
+        if not self._lock.acquire(timeout=STUCK_LOCK_S):
+            self._lock.release()  # see the module docstring
+            self._lock.acquire()
+        return self._lock
+
+    def _read_meta(self) -> list[int]:
+        lock = self._locked()
+        try:
+            return self._meta.tolist()
+        finally:
+            lock.release()
+
+    def _bump(self, buffer: int, version: int | None = None) -> None:
+        lock = self._locked()
+        try:
+            self._meta[1 + buffer] += 1
+            if version is not None:
+                self._meta[3 + buffer] = version
+                self._meta[0] = buffer
+        finally:
+            lock.release()
+
+    @property
+    def version(self) -> int:
+        meta = self._read_meta()
+        return meta[3 + meta[0]]
+
+    def write(self, version: int, snapshot: dict[str, Any]) -> None:
+        """Publish ``snapshot`` as ``version`` (the learner's thread only)."""
+        target = 1 - self._read_meta()[0]  # the buffer readers are not directed to
+        self._bump(target)  # odd: a write is in progress
+        try:
+            for path, value in _leaves(snapshot):
+                buf = self._buffers[target]["/".join(path)]
+                buf.copy_(value if isinstance(value, torch.Tensor) else torch.tensor(value, dtype=torch.float64))
+        finally:
+            self._bump(target, version)  # even again; readers now go to this buffer
+
+    def read(self, known_version: int = -1, timeout: float = 10.0) -> tuple[int, dict[str, Any]] | None:
+        """``(version, snapshot copy)`` if a version newer than ``known_version`` is published, else None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            meta = self._read_meta()
+            newest = meta[0]
+            seq, version = meta[1 + newest], meta[3 + newest]
+            if version == known_version or version == 0:
+                return None
+            if seq % 2 == 0:
+                copies = {name: buf.clone() for name, buf in self._buffers[newest].items()}
+                if self._read_meta()[1 + newest] == seq:
+                    return version, self._unflatten(copies)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no consistent weight snapshot could be read in {timeout} s (two publications "
+                                   "overtook every copy: is runtime.publish_every very small?)")
+            time.sleep(RETRY_S)
+
+    def _unflatten(self, copies: dict[str, torch.Tensor]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for path, kind, _, _ in self._layout:
+            t = copies["/".join(path)]
+            _put(out, path, t if kind == "tensor" else (int(t.item()) if kind == "int" else float(t.item())))
+        return out

@@ -1,0 +1,54 @@
+"""A process-backend run in its own interpreter, for tests that check what is left after it exits.
+
+``python -m tests.runtime.process_run RUN_DIR [key=value ...]`` trains a tiny async run with
+``runtime.backend=process``; ``faults=raise,exit,sigkill,hang`` gives collector ``i`` the ``i``-th fault.
+It prints ``progress`` once 128 env steps are in (a test may signal it then), and at the end one JSON line:
+every collector process pid it started, the restarts, and the exit code it then exits with.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from envs.faults import FaultyFactory
+from mbpo.config import load_config
+from mbpo.trainers import AsyncTrainer
+from tests.runtime.conftest import TINY
+
+
+class PerCollectorFaults:
+    """Collector ``i``'s first incarnation gets ``faults[i]`` at step 30 + 15 i (plain data: picklable)."""
+
+    def __init__(self, faults: list[str]) -> None:
+        self.factories = [FaultyFactory(f, (i,), at_step=30 + 15 * i) for i, f in enumerate(faults)]
+
+    def __call__(self, collector_id: int, incarnation: int, seed: int):  # type: ignore[no-untyped-def]
+        return self.factories[collector_id](collector_id, incarnation, seed)
+
+
+def main(argv: list[str]) -> int:
+    run_dir, rest = argv[0], argv[1:]
+    faults = next((a.split("=", 1)[1].split(",") for a in rest if a.startswith("faults=")), [])
+    overrides = [a for a in rest if not a.startswith("faults=")]
+    cfg = load_config(None, [*TINY, f"run_dir={run_dir}", "runtime.backend=process",
+                             f"runtime.num_collectors={max(len(faults), 2)}", *overrides])
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=PerCollectorFaults(faults) if faults else None)
+    ingest, told = trainer._ingest, []
+
+    def tell_progress(item):  # type: ignore[no-untyped-def]
+        ingest(item)
+        if trainer.env_steps >= 128 and not told:
+            told.append(True)
+            print("progress", flush=True)
+
+    trainer._ingest = tell_progress  # type: ignore[method-assign]
+    row = trainer.run()
+    pids = [c.pid for c in [*trainer.pool.collectors.values(), *trainer.pool.retired]]
+    print(json.dumps({"pids": pids, "restarts": row["collector_restarts"], "env_steps": row["env_steps"],
+                      "exit_code": trainer.exit_code}), flush=True)
+    return trainer.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

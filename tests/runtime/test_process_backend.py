@@ -1,0 +1,184 @@
+"""runtime.backend=process: plain data into children, no torn weights, deaths seen fast, nothing left behind.
+
+The fault tests shared with the thread backend are parametrized over both in
+test_faults.py and test_async_trainer.py; these are the ones only processes
+have: refusing what must not cross, the seqlock under a racing writer, exits
+and SIGKILLs, and a run in its own interpreter checked for orphans, shared
+memory and leaked semaphores after it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import envs
+from mbpo.config import Config
+from mbpo.runtime.handoff import NotPlainError, check_plain
+from mbpo.runtime.shared_weights import SharedWeights
+from mbpo.trainers import AsyncTrainer
+from tests.runtime.conftest import faulty
+from tests.runtime.weights_reader import read_snapshots
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("value, says", [
+    (torch.empty(2, device="meta"), "is a tensor on meta; a CUDA tensor must never cross"),
+    (torch.device("cpu"), "send the device string 'cpu' instead"),
+    (threading.Lock(), "only works within one process; use the spawn context's"),
+    (threading.Event(), "only works within one process"),
+    (threading.Condition(), "only works within one process"),
+    (torch.nn.Linear(2, 2), "is an nn.Module (Linear); send a CPU state_dict snapshot"),
+    (lambda seed: seed, "a lambda or a local function cannot be sent to a spawned process"),
+])
+def test_what_may_not_cross_into_a_child_is_refused_naming_the_field(value: object, says: str) -> None:
+    with pytest.raises(NotPlainError) as info:
+        check_plain({"options": {"factory": value}}, "spec")
+    assert str(info.value).startswith("spec['options']['factory'] ") and says in str(info.value)
+
+
+def test_a_live_env_is_refused_and_plain_data_passes() -> None:
+    from mbpo.runtime.collectors import CollectorSetup
+    from mbpo.config import AgentConfig
+
+    env = envs.make("Pendulum-v1", 1)
+    with pytest.raises(NotPlainError, match=r"spec\[0\] is a live env \(ClassicVecEnv\); send its id"):
+        check_plain([env], "spec")
+    setup = CollectorSetup(AgentConfig(), env.observation_space, env.action_space, 1, 8, 0)
+    check_plain({"setup": setup, "device": "cuda:1", "seed": 3, "cpu": torch.zeros(3),
+                 "factory": faulty("raise", {0})}, "spec")
+
+
+@pytest.mark.gpu
+def test_a_cuda_tensor_is_refused(cuda_device: str) -> None:
+    with pytest.raises(NotPlainError, match="a CUDA tensor must never cross"):
+        check_plain({"w": torch.zeros(2, device=cuda_device)}, "snapshot")
+
+
+def test_a_process_run_with_a_local_env_factory_stops_before_any_child_starts(
+        tiny_config: Callable[..., Config], no_leaks: None) -> None:
+    def local_factory(collector_id: int, incarnation: int, seed: int) -> envs.VecEnv:
+        return envs.make("Pendulum-v1", 1, seed=seed)
+
+    cfg = tiny_config("runtime.backend=process")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=local_factory)
+    with pytest.raises(NotPlainError, match=r"collector 0's spec.env_factory \(function\) cannot be sent.*module level"):
+        trainer.run()
+
+
+def test_a_child_never_reads_a_half_written_snapshot() -> None:
+    """The learner publishes all-zero and all-one weights alternately, as fast as it can, while two
+    children read: every snapshot a child gets is all zeros or all ones (the sequence check retries the
+    rest). Zeros and ones alternate per buffer, so a copy overtaken by a write would show a mix."""
+    ctx = mp.get_context("spawn")
+    template = {"actor": {"w": torch.zeros(1 << 20)}, "epsilon": 0.0, "num_updates": 0}
+    weights = SharedWeights(template, ctx)
+    weights.write(1, template)
+    stop = threading.Event()
+
+    def publish() -> None:
+        version = 1
+        while not stop.is_set():
+            version += 1
+            value = float(version // 2 % 2)  # each of the two buffers gets zeros and ones in turn
+            weights.write(version, {"actor": {"w": torch.full((1 << 20,), value)}, "epsilon": value,
+                                    "num_updates": version})
+
+    writer = threading.Thread(target=publish)
+    pipes = [ctx.Pipe() for _ in range(2)]
+    children = [ctx.Process(target=read_snapshots, args=(weights, 300, child)) for _, child in pipes]
+    try:
+        for p in children:
+            p.start()
+        assert [parent.recv() for parent, _ in pipes] == ["ready", "ready"]
+        writer.start()
+        for parent, _ in pipes:
+            parent.send("go")
+        mixed = [parent.recv() for parent, _ in pipes]
+    finally:
+        stop.set()
+        if writer.ident is not None:
+            writer.join()
+        for p in children:
+            p.join(30)
+    assert mixed == [0, 0]
+    assert all(p.exitcode == 0 for p in children)
+
+
+@pytest.mark.parametrize("fault, how", [("exit", "exited with code 3"), ("sigkill", "was killed by SIGKILL")])
+def test_a_collector_process_that_dies_is_seen_within_2_s_and_restarted(
+    tiny_config: Callable[..., Config], thread_baseline: int, no_leaks: None, capsys: pytest.CaptureFixture[str],
+    fault: str, how: str,
+) -> None:
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0}, at_step=100))
+    row = trainer.run()
+    assert row["collector_restarts"] == 1 and row["env_steps"] == 384 and len(trainer.buffer) == 384
+    (cid, incarnation, detected_at, last_beat, what), = trainer.pool.failures
+    assert (cid, incarnation) == (0, 0) and detected_at - last_beat < 2.0
+    assert f"collector 0's process (pid {trainer.pool.retired[0].pid}) {how}" in capsys.readouterr().err
+
+
+def test_debug_mode_children_report_their_switches_and_check_the_ring(
+        tiny_config: Callable[..., Config], capfd: pytest.CaptureFixture[str], no_leaks: None) -> None:
+    cfg = tiny_config("runtime.backend=process", "debug=true", "total_env_steps=128")
+    AsyncTrainer(cfg, cfg.run_dir).run()
+    err = capfd.readouterr().err
+    assert "[mbpo debug] collector 0 (pid " in err and "): CUDA_LAUNCH_BLOCKING:" in err  # the child's own words
+    assert "[mbpo debug] CUDA_LAUNCH_BLOCKING:" in err  # and the trainer's
+    assert "ring write, ring read" in err
+
+
+def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = None) -> tuple[int, dict, str]:
+    """Run tests.runtime.process_run in a fresh interpreter (its own session, like a terminal job)."""
+    shm = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"), *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    if signal_at_progress is not None:
+        for line in proc.stdout:  # torchrl logs to stdout too
+            if line.strip() == "progress":
+                break
+        os.killpg(proc.pid, signal_at_progress)  # to the whole group, as a terminal's Ctrl-C is
+    out, err = proc.communicate(timeout=100)
+    result = json.loads(out.strip().splitlines()[-1])
+    for pid in result["pids"]:
+        assert not Path(f"/proc/{pid}").exists(), f"collector process {pid} outlived the run"
+    assert set(os.listdir("/dev/shm")) - shm == set()  # no segment, no named semaphore left behind
+    assert "resource_tracker" not in err and "leaked" not in err, err[-2000:]
+    return proc.returncode, result, err
+
+
+@pytest.mark.slow
+def test_raise_exit_sigkill_and_hang_leave_nothing_behind(tmp_path: Path) -> None:
+    code, result, err = run_elsewhere(tmp_path, "faults=raise,exit,sigkill,hang", "runtime.max_restarts=4",
+                                      "runtime.collector_timeout_s=3", "total_env_steps=768")
+    assert code == 0 and result["restarts"] == 4 and result["env_steps"] == 768, err[-3000:]
+    assert len(result["pids"]) == 8  # 4 first incarnations + 4 replacements
+    for said in ("InjectedFault: injected fault at step 30", "exited with code 3", "was killed by SIGKILL",
+                 "collector 3 is hung"):
+        assert said in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_drain_checkpoint_and_leave_nothing_behind(tmp_path: Path, signum: int,
+                                                                      code: int) -> None:
+    returncode, result, err = run_elsewhere(tmp_path, "total_env_steps=100000", signal_at_progress=signum)
+    assert returncode == code and result["exit_code"] == code, err[-3000:]
+    assert 128 <= result["env_steps"] < 100000 and result["restarts"] == 0  # children ignored the Ctrl-C
+    ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
+    assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
