@@ -1,16 +1,17 @@
 """Collector backends against each other, in one invocation (prints one JSON line).
 
-* ``collection``: env steps per second of the async trainer's collectors, ``thread`` against
-  ``process``, with 1 and 2 collectors, on two CPU-bound envs:
+* ``collection``: env steps per second of the async trainer's collectors, ``thread``, ``process``
+  and ``ray`` (a private local Ray) side by side, with 1 and 2 collectors, on two CPU-bound envs:
   ``HalfCheetah-v5`` through the gymnasium adapter, 4 envs per collector (MuJoCo in numpy: the GIL
   serialises collector threads), and a slow env: native Pendulum-v1 x4 whose every step computes
   5 ms in Python (envs.faults ``busy``). Each with a random policy (``agent.learning_starts`` =
   the whole budget: no learner) and with the learner running (SAC, ``--learner-utd`` updates per
-  transition). The rate is steady-state: between the first and the last metrics row, so process
-  start-up is not in it. Target: ``process`` with 2 collectors >= 1.6x ``thread`` with 2 on HalfCheetah.
+  transition). The rate is steady-state: between the first and the last periodic metrics row, so
+  process start-up and shutdown are not in it. Targets on HalfCheetah with 2 collectors: ``process``
+  >= 1.6x ``thread``, ``ray`` >= 0.8x ``process``.
 * ``threshold`` (``--seeds``): async MBPO on ``configs/pendulum_mbpo.yaml`` with each backend; env steps
   until the 50-episode evaluation (every 200 steps) reaches -200 and stays (benchmarks/sample_efficiency.py).
-  Target: ``process`` median within 25% of ``thread``'s.
+  Target: the ``process`` and ``ray`` medians within 25% of ``thread``'s.
 
     python benchmarks/backends.py [--seconds 8] [--seeds 0 1 2] [--only collection threshold]
 """
@@ -33,8 +34,9 @@ import torch  # noqa: E402
 from envs.faults import FaultyFactory  # noqa: E402
 from mbpo.logs import quiet_torchrl  # noqa: E402
 
-BACKENDS = ("thread", "process")
+BACKENDS = ("thread", "process", "ray")
 BUSY_S = 0.005
+BATCH = 64
 ENVS: dict[str, dict[str, Any]] = {
     # Steps per second of one collector alone decide the budget (--seconds of steady state).
     "HalfCheetah-v5": {"overrides": ["env.id=HalfCheetah-v5", "env.num_envs=4"], "factory": None, "rate": 7000},
@@ -64,10 +66,11 @@ def collection_rate(env: str, backend: str, collectors: int, learner: bool, seco
     overrides = [*spec["overrides"], f"runtime.backend={backend}", f"runtime.num_collectors={collectors}",
                  f"total_env_steps={steps}", f"log_every={log_every}", f"eval_every={10 * steps}",
                  f"checkpoint.every={10 * steps}", "agent.sac.hidden_sizes=[256,256]", "agent.batch_size=256",
-                 "runtime.collection_batch_size=64", "runtime.max_queue_size=16",
+                 f"runtime.collection_batch_size={BATCH}", "runtime.max_queue_size=16",
                  f"agent.learning_starts={1000 if learner else steps}", f"agent.utd_ratio={utd}"]
     row, rows = run(overrides, env_factory=spec["factory"])
-    timed = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows]
+    # Periodic rows only: the final one is written after the collectors are joined (a process's exit).
+    timed = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows][:-1]
     (s0, w0), (s1, w1) = timed[0], timed[-1]
     return {"env": env, "backend": backend, "collectors": collectors, "learner": learner, "env_steps": steps,
             "env_steps_per_s": round((s1 - s0) / max(w1 - w0, 1e-9)), "updates": row["updates"],
@@ -89,8 +92,9 @@ def collection(seconds: float, utd: float) -> dict[str, Any]:
                 rate = {r["backend"]: r["env_steps_per_s"] for r in rows
                         if (r["env"], r["learner"], r["collectors"]) == (env, learner, collectors)}
                 key = f"{env}/{'learner' if learner else 'random'}/{collectors}"
-                ratios[key] = round(rate["process"] / rate["thread"], 3)
-    return {"rows": rows, "process_over_thread": ratios, "busy_step_s": BUSY_S, "learner_utd_ratio": utd}
+                ratios[key] = {"process_over_thread": round(rate["process"] / rate["thread"], 3),
+                               "ray_over_process": round(rate["ray"] / rate["process"], 3)}
+    return {"rows": rows, "ratios": ratios, "busy_step_s": BUSY_S, "learner_utd_ratio": utd}
 
 
 def threshold(seeds: list[int]) -> dict[str, Any]:
@@ -110,16 +114,17 @@ def threshold(seeds: list[int]) -> dict[str, Any]:
         known = sorted(r["steps"] if r["steps"] is not None else float("inf") for r in results)
         median = statistics.median(known)
         out[backend] = {"runs": results, "median": None if median == float("inf") else median}
-    t, p = out["thread"]["median"], out["process"]["median"]
-    if t is not None and p is not None:
-        out["process_over_thread"] = round(p / t, 3)
+    t = out["thread"]["median"]
+    for backend in ("process", "ray"):
+        if t is not None and out[backend]["median"] is not None:
+            out[f"{backend}_over_thread"] = round(out[backend]["median"] / t, 3)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0, help="steady-state seconds per collection row")
-    parser.add_argument("--learner-utd", type=float, default=0.01, help="updates per transition with the learner on")
+    parser.add_argument("--learner-utd", type=float, default=0.002, help="updates per transition with the learner on")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", choices=["collection", "threshold"], default=["collection", "threshold"])
     args = parser.parse_args()
@@ -132,10 +137,13 @@ def main() -> None:
         result["threshold"] = threshold(args.seeds)
     targets = {}
     if "collection" in result:
-        targets["halfcheetah_process2_at_least_1.6x_thread2"] = \
-            result["collection"]["process_over_thread"]["HalfCheetah-v5/random/2"] >= 1.6
-    if result.get("threshold", {}).get("process_over_thread") is not None:
-        targets["threshold_within_25pct"] = abs(result["threshold"]["process_over_thread"] - 1) <= 0.25
+        ratios = result["collection"]["ratios"]["HalfCheetah-v5/random/2"]
+        targets["halfcheetah_process2_at_least_1.6x_thread2"] = ratios["process_over_thread"] >= 1.6
+        targets["halfcheetah_ray2_at_least_0.8x_process2"] = ratios["ray_over_process"] >= 0.8
+    for backend in ("process", "ray"):
+        ratio = result.get("threshold", {}).get(f"{backend}_over_thread")
+        if ratio is not None:
+            targets[f"threshold_{backend}_within_25pct_of_thread"] = abs(ratio - 1) <= 0.25
     result["targets"] = targets
     print(json.dumps(result))
 

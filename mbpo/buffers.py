@@ -36,9 +36,9 @@ TERMINATED = "terminated"
 NEXT_OBS_VALID = "next_obs_valid"
 """bool ``(B,)``: False where the env did not give the true next observation (an auto-reset without
 the final one, e.g. Isaac Lab without ``compute_final_obs``); :func:`real_transitions` then stores
-``obs`` as ``next_obs`` (rows from before commit 9c8caae, e.g. in an older checkpoint, hold the env's
-placeholder). The model learns such a row's reward and termination, never its next state; the learner
-keeps the row."""
+``obs`` as ``next_obs``, so a time-out among them bootstraps from the last known state, never from the
+env's placeholder (the next episode's first observation). The model learns such a row's reward and
+termination, never its next state; the learner keeps the row."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)

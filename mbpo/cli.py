@@ -1,13 +1,15 @@
 """Command line: ``python -m mbpo <command>``.
 
-    train  --config configs/pendulum_sac.yaml [key=value ...]   train; writes runs/<id>/
-    eval   --checkpoint PATH [--episodes N]                      evaluate a checkpoint's policy
-    resume RUN_DIR [key=value ...]                               continue a run from its newest checkpoint
-    plot   RUN_DIR                                               learning curve PNG (needs the plots extra)
-    rollout [--env ID --num-envs N --steps T]                    random-policy env throughput
+    train  [--config YAML] [key=value ...]                        train; writes a new run dir (below)
+    eval   --checkpoint PATH [--episodes N] [--trust-checkpoint]  evaluate a checkpoint's policy
+    resume RUN_DIR [key=value ...] [--trust-checkpoint]           continue a run from its newest checkpoint
+    plot   RUN_DIR                                                learning curve PNG (needs the plots extra)
+    rollout [--env ID --num-envs N --steps T]                     random-policy env throughput
 
 With no command (or only ``key=value`` overrides), it trains the default
-config, ``configs/pendulum_sac.yaml``. ``--help-config`` lists every config key.
+config, ``configs/pendulum_mbpo.yaml``. A run dir is
+``runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid>/`` under the current
+directory unless ``run_dir=DIR`` is given. ``--help-config`` lists every config key.
 """
 
 from __future__ import annotations

@@ -171,10 +171,26 @@ class CheckpointConfig:
 
 
 @dataclass
+class RayConfig:
+    address: Optional[str] = None
+    """null: start a private local Ray (loopback only, no dashboard, no usage stats) and shut it down at the
+    end; auto or ray://host:port: join that cluster (it is left running)."""
+    num_cpus: Optional[float] = None
+    """CPUs of the private local Ray; null = num_collectors x num_cpus_per_collector + 1 (the driver)."""
+    num_cpus_per_collector: float = 1.0
+    """CPUs each collector actor reserves (fractions let several share a CPU)."""
+    num_gpus_per_collector: float = 0.0
+    """GPUs each collector actor reserves; a collector with a GPU builds its env on its own cuda:0."""
+    env_device: Optional[str] = None
+    """The device of each collector's env, as that actor sees it; null = cuda:0 with a GPU, else cpu."""
+
+
+@dataclass
 class RuntimeConfig:
     backend: str = "thread"
-    """Where collectors run: thread (in the trainer's process; GPU envs, fast torch envs) or process (a spawned
-    process each: CPU-bound or flaky simulators, more cores, several GPUs; see README "Backends")."""
+    """Where collectors run: thread (in the trainer's process; GPU envs, fast torch envs), process (a spawned
+    process each: CPU-bound or flaky simulators, more cores, several GPUs) or ray (Ray actors, on any node of
+    a cluster; the ray extra). See README "Backends"."""
     num_collectors: int = 1
     """Collectors, each with its own vectorized env (env.num_envs envs) and CPU policy replica."""
     collection_batch_size: int = 64
@@ -204,6 +220,8 @@ class RuntimeConfig:
     """torch intra-op threads of the model thread (ensemble training and rollouts)."""
     collector_threads: int = 1
     """torch intra-op threads of each collector thread (CPU acting)."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Where Ray runs and what each collector actor reserves (runtime.backend=ray)."""
 
 
 @dataclass
@@ -221,7 +239,8 @@ class Config:
     log_every: int = 1_000
     """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
     run_dir: Optional[str] = None
-    """Where the run writes config.yaml, metrics.csv and checkpoints; null = runs/<env>-<agent>-<time>."""
+    """Where the run writes config.yaml, metrics.csv and checkpoints; null = a new
+    runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid> under the current directory."""
     progress: bool = True
     """Show a tqdm progress bar."""
     torch_threads: int = 1
@@ -249,7 +268,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "agent.sac.precision": ("fp32", "bf16"),
     "trainer": ("async", "sync"),
     "runtime.queue_full": ("block", "drop_oldest"),
-    "runtime.backend": ("thread", "process"),
+    "runtime.backend": ("thread", "process", "ray"),
     "runtime.nonfinite": ("raise", "drop"),
 }
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -329,6 +348,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "runtime.learner_threads": (1, None, True),
     "runtime.model_threads": (1, None, True),
     "runtime.collector_threads": (1, None, True),
+    "runtime.ray.num_cpus_per_collector": (0, None, True),
+    "runtime.ray.num_gpus_per_collector": (0, None, True),
 }
 
 
@@ -381,6 +402,14 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
     if config.env.device is not None and not _DEVICE.match(config.env.device):
         raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
+    ray = config.runtime.ray
+    if ray.env_device is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", ray.env_device):
+        raise ConfigError(f"runtime.ray.env_device={ray.env_device!r} is not allowed; expected null, cpu, cuda or cuda:N")
+    if ray.num_cpus is not None and not ray.num_cpus > 0:
+        raise ConfigError(f"runtime.ray.num_cpus={ray.num_cpus!r} is out of range; expected null or a value > 0")
+    if ray.address is not None and not (ray.address == "auto" or re.match(r"^(ray://)?[\w.\-]+:\d+$", ray.address)):
+        raise ConfigError(f"runtime.ray.address={ray.address!r} is not allowed; expected null (a private local Ray), "
+                          "auto (the cluster this machine belongs to) or ray://host:port")
     for key, (low, high, low_inclusive) in _RANGES.items():
         value = _get(config, key)
         # Written so that every comparison with NaN fails the check instead of passing it.

@@ -4,8 +4,8 @@
 * :class:`BatchedLinear` / :class:`BatchedMLP` — ``members`` independent
   networks whose weights are shaped ``[members, in, out]`` and run as ONE
   ``torch.baddbmm`` per layer (mbrl-lib's ``EnsembleLinearLayer`` idea): the
-  twin critics (members=2) and, later, the dynamics ensemble (7 members, 4x200
-  SiLU) cost one kernel per layer instead of one per member.
+  twin critics (members=2) and the dynamics ensemble (mbpo.models.ensemble; by
+  default 7 members, 4x200 SiLU) cost one kernel per layer instead of one per member.
 * :class:`TanhGaussianActor` — the SAC policy: a Gaussian squashed by tanh,
   returning action and log-prob from the same pre-tanh draw in one pass.
 * :func:`bf16_autocast_supported` — whether bf16 autocast is real on a device.

@@ -143,8 +143,8 @@ class SAC:
         self.target_entropy = float(-self.act_dim if config.target_entropy is None else config.target_entropy)
 
         # env bounds <-> [-1, 1]: action = bias + scale * squashed.
-        low = torch.as_tensor(action_space.low, dtype=torch.float32)
-        high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        low = torch.tensor(np.asarray(action_space.low), dtype=torch.float32)  # a copy: the space's arrays
+        high = torch.tensor(np.asarray(action_space.high), dtype=torch.float32)  # may be read-only (Ray)
         self._low_cpu, self._high_cpu = low, high
         self._scale_cpu, self._bias_cpu = (high - low) / 2, (high + low) / 2
         self._scale = self._scale_cpu.to(self.device)

@@ -198,7 +198,7 @@ class DynamicsEnsemble(nn.Module):
         """:meth:`_raw` without grad for many rows, in blocks on CPU.
 
         Same FLOPs as one pass, but the activations stay in cache instead of
-        page-faulting fresh 80 MB buffers (2x faster for 100k rows).
+        page-faulting fresh 80 MB buffers for 100k rows.
         """
         params, block = self._inference_params(members)
         if not block or x.shape[-2] <= block:
@@ -402,8 +402,8 @@ class DynamicsEnsemble(nn.Module):
 class _WeightDecay(torch.autograd.Function):
     """``sum_i wd_i * ||W_i||^2 / 2`` with a one-pass forward and backward ``wd_i * W_i * g``.
 
-    Same value and gradient as autograd through ``square().sum()``, but that chain makes
-    ~6 passes over the 1.4M weights per step (10-30% of a CPU training step).
+    Same value and gradient as autograd through ``square().sum()``, whose chain of ops makes
+    several passes over every weight per step; on CPU that memory traffic is worth saving.
     """
 
     @staticmethod

@@ -18,6 +18,7 @@ to the :class:`Collector` protocol.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,8 +35,8 @@ from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
 
-__all__ = ["Collector", "CollectorBatch", "CollectorSetup", "CollectorLoop", "EnvStepper", "NonFiniteEnvError",
-           "POLICY_VERSION", "COLLECTOR_ID"]
+__all__ = ["Collector", "CollectorBatch", "CollectorSetup", "CollectorLoop", "CollectorStopped", "EnvStepper",
+           "NonFiniteEnvError", "POLICY_VERSION", "COLLECTOR_ID"]
 
 POLICY_VERSION = "policy_version"
 """int64 ``(B,)``: the published weight version the collector acted with (0: random warm-up actions)."""
@@ -198,13 +199,20 @@ class EnvStepper:
             "set runtime.nonfinite=drop to drop such transitions and count them instead")
 
 
-class CollectorLoop:
-    """The gate -> collect -> queue loop of a collector, run on a thread of the trainer's process.
+class CollectorStopped(Exception):
+    """Raised inside a collector's loop when it was stopped or abandoned while waiting; not an error."""
 
-    Subclasses say how a batch is collected (:meth:`_collect`) and how the
-    collector is set up (:meth:`_prepare`); the budget bookkeeping is here once:
-    a reservation that will never be ingested (a failure, a stop while the queue
-    is full, an abandoned collector) goes back to the gate exactly once.
+
+class CollectorLoop:
+    """The gate -> collect -> queue loop of a collector, on its own thread of the trainer's process.
+
+    Subclasses say what runs the env (:meth:`_launch`: nothing for a thread, a
+    child process, a Ray actor), how the collector is set up (:meth:`_prepare`,
+    on the thread) and how a batch is collected (:meth:`_submit`, :meth:`_finish`). The budget
+    bookkeeping is here once: a reservation that will never be ingested (a
+    failure, a stop while the queue is full, an abandoned collector) goes back
+    to the gate exactly once. An exception that ends the loop is kept, with its
+    traceback, in :attr:`error` for the supervisor in the main thread.
     """
 
     killable = False
@@ -215,12 +223,15 @@ class CollectorLoop:
         self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
         self.batches = 0
         self.policy_version = 0
+        self.error: BaseException | None = None
         self._beat = time.monotonic()
         self.in_flight = 0
         """Transitions reserved from the budget and not yet pushed (returned to the gate if abandoned)."""
         self.abandoned = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
+                                        daemon=True)
 
     @property
     def last_beat(self) -> float:
@@ -229,8 +240,32 @@ class CollectorLoop:
     def beat(self) -> None:
         self._beat = time.monotonic()
 
+    def start(self) -> None:
+        self.beat()  # the timeout counts from the start, not from construction
+        self._launch()
+        self._thread.start()
+
     def stop(self) -> None:
         self._stop.set()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> bool:
+        if self._thread.ident is not None:
+            self._thread.join(max(timeout, 0.0))
+        return not self._thread.is_alive()
+
+    def _launch(self) -> None:
+        """Start what runs the env, from the caller's thread (a child process, a Ray actor)."""
+
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except CollectorStopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
+            self.error = exc
 
     def abandon(self) -> int:
         """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
@@ -242,42 +277,59 @@ class CollectorLoop:
             return in_flight
 
     def _prepare(self) -> None:
-        """Set-up before the first reservation (build the replica, start the child, ...)."""
+        """Set-up before the first reservation (build the replica, wait for the child, ...)."""
 
-    def _collect(self, first: int, granted: int) -> CollectorBatch:
+    def _submit(self, first: int, granted: int) -> Any:
+        """Start collecting a granted batch; returns a handle for :meth:`_finish` (up to ``depth`` at once)."""
         raise NotImplementedError
+
+    def _finish(self, handle: Any) -> CollectorBatch:
+        """The batch of the oldest handle, once it is there."""
+        raise NotImplementedError
+
+    depth = 1
+    """Batches a collector may have granted and not yet pushed. Remote collectors ask for the next batch
+    while one runs, so the env never waits on a round trip; the next is only asked for if the gate lets it
+    through at once, so the learner never waits on data it cannot have yet."""
 
     def _loop(self) -> None:
         s = self.setup
         self._prepare()
         self.beat()  # set-up done (building the replica can take a while on a loaded machine)
-        while not self._stop.is_set():
-            first, granted = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat)
-            with self._lock:
-                if self.abandoned:
-                    self.gate.release(granted)
+        pending: collections.deque[tuple[int, Any]] = collections.deque()
+        try:
+            while True:
+                while len(pending) < self.depth and not self._stop.is_set():
+                    grant = self.gate.reserve(s.vector_steps_per_batch, self._stop, self.beat, wait=not pending)
+                    if grant is None:
+                        break  # the gate says wait: first finish what is outstanding
+                    first, granted = grant
+                    with self._lock:
+                        if self.abandoned:
+                            self.gate.release(granted)
+                            return
+                        self.in_flight += granted
+                    if granted == 0:
+                        break
+                    pending.append((granted, self._submit(first, granted)))
+                if not pending:
+                    return  # the budget is spent, or the collector was stopped
+                granted, handle = pending.popleft()
+                batch = self._finish(handle)
+                with self._lock:
+                    if self.abandoned:
+                        batch.release()
+                        return  # declared hung meanwhile: its reservations were already handed back
+                if not self.queue.put(batch, self._stop, self.beat):
+                    batch.release()  # stopped while the queue was full: never ingested
                     return
-                self.in_flight = granted
-            if granted == 0:
-                return
-            try:
-                batch = self._collect(first, granted)
-            except BaseException:
-                self._give_back()
-                raise
-            with self._lock:
-                if self.abandoned:
-                    batch.release()
-                    return  # declared hung meanwhile: its reservation was already handed back
-            if not self.queue.put(batch, self._stop, self.beat):
-                batch.release()
-                self._give_back()  # stopped while the queue was full: never ingested
-                return
-            with self._lock:
-                self.in_flight = 0
-            self.policy_version = batch.policy_version
-            self.batches += 1
-            self.beat()
+                with self._lock:
+                    self.in_flight -= granted
+                self.policy_version = batch.policy_version
+                self.batches += 1
+                self.beat()
+        finally:
+            self._give_back()  # whatever is still reserved will never be ingested
 
     def _give_back(self) -> None:
         with self._lock:

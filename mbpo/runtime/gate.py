@@ -98,13 +98,17 @@ class RatioGate:
 
     # -- collectors ------------------------------------------------------------------
     def reserve(
-        self, vector_steps: int, stop: threading.Event, heartbeat: Callable[[], None] | None = None
-    ) -> tuple[int, int]:
+        self, vector_steps: int, stop: threading.Event, heartbeat: Callable[[], None] | None = None,
+        wait: bool = True,
+    ) -> tuple[int, int] | None:
         """Wait until the ratios allow more data, then reserve up to ``vector_steps`` vector steps of the
         budget; returns ``(first transition index, transitions reserved)``, 0 reserved once the budget
-        is spent or ``stop`` is set."""
+        is spent or ``stop`` is set. With ``wait=False`` it returns None instead of waiting (a collector
+        asking for a batch ahead, with one still outstanding)."""
         with self._cond:
             while self._blocked(vector_steps * self.num_envs) is not None and not stop.is_set():
+                if not wait:
+                    return None
                 self.waits += 1
                 if heartbeat is not None:
                     heartbeat()  # waiting on the gate is not hanging

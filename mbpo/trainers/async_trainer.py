@@ -133,6 +133,12 @@ class AsyncTrainer(Trainer):
 
     def _make_backend(self, name: str) -> Backend:
         """The one place a backend is chosen; everything after talks to the Collector protocol."""
+        if name == "ray":
+            from mbpo.runtime.backends.ray import RayBackend
+
+            cfg = self.config
+            return RayBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.runtime.ray,
+                              cfg.env.id, cfg.env.source, self._env_seed, self._action_seed, self._env_factory)
         if name == "process":
             from mbpo.runtime.backends.process import ProcessBackend
 

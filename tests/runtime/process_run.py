@@ -1,7 +1,8 @@
-"""A process-backend run in its own interpreter, for tests that check what is left after it exits.
+"""A process- or ray-backend run in its own interpreter, for tests that check what is left after it exits.
 
 ``python -m tests.runtime.process_run RUN_DIR [key=value ...]`` trains a tiny async run with
-``runtime.backend=process``; ``faults=raise,exit,sigkill,hang`` gives collector ``i`` the ``i``-th fault.
+``runtime.backend=process`` (or ray, given as an override); ``faults=raise,exit,sigkill,hang`` gives
+collector ``i`` the ``i``-th fault.
 It prints ``progress`` once 128 env steps are in (a test may signal it then), and at the end one JSON line:
 every collector process pid it started, the restarts, and the exit code it then exits with.
 """
@@ -44,7 +45,7 @@ def main(argv: list[str]) -> int:
 
     trainer._ingest = tell_progress  # type: ignore[method-assign]
     row = trainer.run()
-    pids = [c.pid for c in [*trainer.pool.collectors.values(), *trainer.pool.retired]]
+    pids = [c.pid for c in [*trainer.pool.collectors.values(), *trainer.pool.retired] if c.pid is not None]
     print(json.dumps({"pids": pids, "restarts": row["collector_restarts"], "env_steps": row["env_steps"],
                       "exit_code": trainer.exit_code}), flush=True)
     return trainer.exit_code

@@ -3,7 +3,8 @@
 Every backend builds :class:`~mbpo.runtime.collectors.Collector` objects; the
 trainer, the gate, the queue and the supervisor do not know which backend made
 them. ``thread`` (mbpo.runtime.backends.thread) is the default; ``process``
-(mbpo.runtime.backends.process) spawns a process per collector.
+(mbpo.runtime.backends.process) spawns a process per collector; ``ray``
+(mbpo.runtime.backends.ray) runs each as a Ray actor, on any node of a cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from mbpo.runtime.collectors import Collector
 
 __all__ = ["Backend", "BACKENDS"]
 
-BACKENDS = ("thread", "process")
+BACKENDS = ("thread", "process", "ray")
 
 
 class Backend(Protocol):

@@ -28,7 +28,6 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import threading
 import time
 from typing import Any, Callable
 
@@ -37,7 +36,8 @@ import torch
 from mbpo.debug import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
-    COLLECTOR_ID, POLICY_VERSION, CollectorBatch, CollectorLoop, CollectorSetup, NonFiniteEnvError,
+    COLLECTOR_ID, POLICY_VERSION, CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped,
+    NonFiniteEnvError,
 )
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
@@ -57,10 +57,6 @@ class CollectorProcessError(RuntimeError):
     """A collector process raised (the message holds its traceback), exited or was killed."""
 
 
-class _Stopped(Exception):
-    """The collector was stopped or abandoned while it waited; not an error."""
-
-
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
     """The parent-side exception for a child's: the same type where the supervisor decides on it."""
     where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
@@ -71,19 +67,17 @@ class ProcessCollector(CollectorLoop):
     """The trainer-side half of a collector process: starts the child and runs its gate/queue loop."""
 
     killable = True
+    depth = 2
 
     def __init__(self, collector_id: int, incarnation: int, setup: CollectorSetup,
                  queue: TransitionQueue[CollectorBatch], weights: WeightStore, gate: RatioGate,
                  backend: ProcessBackend, spec: ChildSpec) -> None:
         super().__init__(collector_id, incarnation, setup, queue, weights, gate)
         self.backend, self.spec = backend, spec
-        self.error: BaseException | None = None
         self.pid: int | None = None
         self.process: Any = None
         self._conn: Any = None
-        self._slot: int | None = None  # granted to the child and not yet handed on
-        self._thread = threading.Thread(target=self._main, name=f"mbpo-collector-{collector_id}.{incarnation}",
-                                        daemon=True)
+        self._slots: set[int] = set()  # granted to the child and not yet handed on
         self._closed = False
 
     # -- the Collector protocol --------------------------------------------------------
@@ -91,32 +85,26 @@ class ProcessCollector(CollectorLoop):
     def last_beat(self) -> float:
         return max(self._beat, float(self.backend.beats[self.collector_id]))
 
-    def start(self) -> None:
-        """Spawn the child (from the caller's thread, so it dies with the trainer) and start the proxy."""
+    def _launch(self) -> None:
+        """Spawn the child (from the caller's thread, so it dies with the trainer)."""
         b = self.backend
         check_plain(self.spec, f"collector {self.collector_id}'s spec")
         parent_end, child_end = b.ctx.Pipe()
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
                                                                    b.beats),
                                      name=f"mbpo-collector-{self.collector_id}.{self.incarnation}")
-        self.beat()
         self.process.start()
         child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
         self._conn, self.pid = parent_end, self.process.pid
-        self._thread.start()
 
     def join(self, timeout: float) -> bool:
         """The proxy thread ends; then the child is asked to stop and joined, all by ``timeout``."""
         deadline = time.monotonic() + timeout
-        if self._thread.ident is not None:
-            self._thread.join(max(timeout, 0.0))
+        super().join(timeout)
         if self.process is not None and self.process.is_alive():
             self._send(("stop",))
             self.process.join(max(deadline - time.monotonic(), 0.0))
         return not self._thread.is_alive() and (self.process is None or not self.process.is_alive())
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
 
     def close(self) -> None:
         """Stop the proxy, end the child (asked; then SIGTERM; then SIGKILL), free its slot. Idempotent."""
@@ -135,9 +123,9 @@ class ProcessCollector(CollectorLoop):
                 self.process.join()
         if self._thread.ident is not None:
             self._thread.join(TERM_GRACE_S)
-        if self._slot is not None:  # the child is gone: nobody writes the slot any more
-            self.backend.ring.free(self._slot)
-            self._slot = None
+        for slot in self._slots:  # the child is gone: nobody writes these slots any more
+            self.backend.ring.free(slot)
+        self._slots.clear()
         if self._conn is not None:
             self._conn.close()
         if self.process is not None:
@@ -145,14 +133,6 @@ class ProcessCollector(CollectorLoop):
             self.process = None
 
     # -- the proxy thread ------------------------------------------------------------------
-    def _main(self) -> None:
-        try:
-            self._loop()
-        except _Stopped:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
-            self.error = exc
-
     def _prepare(self) -> None:
         """Wait for the child to say it is ready. Starting a Python interpreter and importing torch takes
         seconds (more with several children on few cores), so it is timed by START_TIMEOUT_S, not by
@@ -165,19 +145,24 @@ class ProcessCollector(CollectorLoop):
             print(f"[mbpo debug] collector {self.collector_id}.{self.incarnation} runs as pid {self.pid}",
                   file=sys.stderr)
 
-    def _collect(self, first: int, granted: int) -> CollectorBatch:
-        ring = self.backend.ring
-        slot = ring.acquire(self._stop)
+    def _submit(self, first: int, granted: int) -> int:
+        """Grant the child a batch into a free slot; the child works through its grants in order."""
+        slot = self.backend.ring.acquire(self._stop)
         if slot is None:
-            raise _Stopped
-        self._slot = slot
+            raise CollectorStopped
+        self._slots.add(slot)
         self._send(("collect", first, granted, slot), required=True)
-        _, slot, rows, version, returns, env_steps, dropped, created, started = self._recv()
+        return slot
+
+    def _finish(self, slot: int) -> CollectorBatch:
+        ring = self.backend.ring
+        _, done, rows, version, returns, env_steps, dropped, created, started = self._recv()
+        assert done == slot, f"collector {self.collector_id}'s child answered slot {done} before slot {slot}"
         data = ring.view(slot, rows)
         if self.setup.debug:
             check_transitions(data, f"ring slot {slot} -> collector {self.collector_id}'s batch", torch.device("cpu"),
                               data["obs"].shape[-1], self.setup.action_space)
-        self._slot = None
+        self._slots.discard(slot)
         return CollectorBatch(data, self.collector_id, version, list(returns), env_steps, dropped, created, started,
                               on_release=lambda: ring.free(slot))
 
@@ -205,13 +190,13 @@ class ProcessCollector(CollectorLoop):
             except (EOFError, OSError):
                 raise self._death() from None
             if self.abandoned:
-                raise _Stopped
+                raise CollectorStopped
             if not self.process.is_alive() and not self._conn.poll(0):
                 raise self._death()
 
     def _death(self) -> BaseException:
         if self.abandoned or self._closed:
-            return _Stopped()
+            return CollectorStopped()
         self.process.join(1.0)
         code = self.process.exitcode
         how = ("is still running but closed its pipe" if code is None else
@@ -235,9 +220,9 @@ class ProcessBackend:
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
         self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
         rows = setup.vector_steps_per_batch * setup.num_envs
-        # Every batch the queue may hold, one being written per collector, and one to spare for a batch the
+        # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
         # queue's drop_oldest has just displaced.
-        self.ring = SharedRing(queue.max_size + num_collectors + 1, rows, int(setup.observation_space.shape[0]),
+        self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows, int(setup.observation_space.shape[0]),
                                setup.action_space, extra_int64=(POLICY_VERSION, COLLECTOR_ID))
         self.shared_weights = SharedWeights(template_snapshot, self.ctx)
         self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 import envs
 from mbpo.debug import check_transitions
 from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, EnvStepper
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
-from mbpo.runtime.thread_worker import ThreadWorker
 from mbpo.runtime.weights import WeightStore
 
 __all__ = ["ThreadCollector", "ThreadBackend"]
 
 
-class ThreadCollector(CollectorLoop, ThreadWorker):
+class ThreadCollector(CollectorLoop):
     """A collector on its own Python thread, stepping an env it was handed."""
 
     def __init__(
@@ -34,15 +35,10 @@ class ThreadCollector(CollectorLoop, ThreadWorker):
         seed: int,
         make_agent: Callable[..., Any],
     ) -> None:
-        CollectorLoop.__init__(self, collector_id, incarnation, setup, queue, weights, gate)
-        ThreadWorker.__init__(self, f"mbpo-collector-{collector_id}.{incarnation}", setup.torch_threads)
+        super().__init__(collector_id, incarnation, setup, queue, weights, gate)
         self.env, self.seed, self._make_agent = env, seed, make_agent
         self._stepper: EnvStepper | None = None
         self._closed = False
-
-    def start(self) -> None:
-        self.beat()  # the timeout counts from the start, not from construction
-        ThreadWorker.start(self)
 
     def close(self) -> None:
         """Stop and close the env (which also releases an env stuck in ``step``). Idempotent."""
@@ -51,15 +47,17 @@ class ThreadCollector(CollectorLoop, ThreadWorker):
             self._closed = True
             self.env.close()
 
-    def _work(self) -> None:
-        self._loop()
-
     def _prepare(self) -> None:
         s = self.setup
+        torch.set_num_threads(s.torch_threads)  # intra-op threads are chosen per role
         policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", self.seed)
         self._stepper = EnvStepper(self.collector_id, s, self.env, policy, self.seed, self.beat)
 
-    def _collect(self, first: int, granted: int) -> CollectorBatch:
+    def _finish(self, handle: CollectorBatch) -> CollectorBatch:
+        return handle
+
+    def _submit(self, first: int, granted: int) -> CollectorBatch:
+        """Collect right away, on this thread (depth 1: one batch at a time)."""
         stepper = self._stepper
         assert stepper is not None
         latest = self.weights.latest()  # the newest weights, right before the batch starts

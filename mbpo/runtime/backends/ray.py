@@ -1,0 +1,267 @@
+"""``runtime.backend=ray``: collectors as Ray actors, on any node of a cluster (the ``ray`` extra).
+
+For more simulators than one machine runs, or a GPU env on each of several
+nodes feeding one learner. The learner, the model thread and the buffers stay
+in the driver, on the run's device. Per collector, a proxy thread in the
+driver runs the same :class:`~mbpo.runtime.collectors.CollectorLoop` as the
+other backends: the driver's :class:`~mbpo.runtime.gate.RatioGate` grants one
+batch at a time, so no counter crosses the network and each actor has at most
+one batch outstanding; results come back as object refs taken with
+``ray.wait`` into the bounded queue. Each published weight version is
+``ray.put`` once; an actor is handed the newest ref with its next batch only
+when its version is older.
+
+``runtime.ray.address: null`` starts a private Ray bound to 127.0.0.1 (no
+dashboard, no usage stats) and shuts it down at the end; ``auto`` or
+``ray://host:port`` joins a cluster and leaves it running. Ray has no
+authentication: open a cluster only inside a network you trust.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from mbpo.config import RayConfig
+from mbpo.errors import MbpoError
+from mbpo.runtime.backends.child import ChildSpec
+from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
+from mbpo.runtime.collectors import (
+    CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped, NonFiniteEnvError,
+)
+from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.handoff import check_plain
+from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.weights import WeightStore
+
+__all__ = ["RayBackend", "RayCollector", "RayCollectorError", "import_ray"]
+
+POLL_S = 0.05
+BEAT_EVERY_S = 1.0  # how often the driver asks a busy actor when it last stepped
+START_TIMEOUT_S = 300.0  # placing an actor, starting its worker process, building env and policy
+INSTALL = 'pip install -e ".[ray]"'
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+class RayCollectorError(RuntimeError):
+    """A collector actor raised (the message holds its traceback) or died (the message says why)."""
+
+
+def import_ray() -> Any:
+    """Ray, or an error with the one command that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise MbpoError(f"runtime.backend=ray needs Ray, which is not installed ({exc}); install it with: "
+                        f"{INSTALL}") from None
+    return ray
+
+
+class RayCollector(CollectorLoop):
+    """The driver-side half of a collector actor: creates the actor and runs its gate/queue loop."""
+
+    killable = True
+    depth = 2
+
+    def __init__(self, collector_id: int, incarnation: int, setup: CollectorSetup,
+                 queue: TransitionQueue[CollectorBatch], weights: WeightStore, gate: RatioGate,
+                 backend: RayBackend, spec: ChildSpec) -> None:
+        super().__init__(collector_id, incarnation, setup, queue, weights, gate)
+        self.backend, self.spec = backend, spec
+        self.actor: Any = None
+        self.pid: int | None = None
+        self.node_id: str | None = None
+        self.node_ids: set[str] = set()
+        """Nodes whose data this collector's batches carry (one actor, one node)."""
+        self._actor_version = 0
+        self._closed = False
+
+    # -- the Collector protocol --------------------------------------------------------
+    def _launch(self) -> None:
+        check_plain(self.spec, f"collector {self.collector_id}'s spec")
+        self.actor = self.backend.actor_class.options(
+            scheduling_strategy=self.backend.placement(self.collector_id)).remote(self.spec)
+
+    def close(self) -> None:
+        """Stop the proxy and kill the actor (a hung one included). Idempotent."""
+        self.stop()
+        if self._closed:
+            return
+        self._closed = True
+        if self.actor is not None:
+            self.backend.ray.kill(self.actor, no_restart=True)
+        if self._thread.ident is not None:
+            self._thread.join(5.0)
+        self.actor = None
+
+    # -- the proxy thread ------------------------------------------------------------------
+    def _prepare(self) -> None:
+        where = self._result(self.actor.where.remote(), startup=True)
+        self.pid, self.node_id = where["pid"], where["node_id"]
+
+    def _submit(self, first: int, granted: int) -> Any:
+        """Ask the actor for a batch (it runs its batches one after another, in order)."""
+        version, ref = self.backend.newest_weights()
+        weights = ref if version != self._actor_version else None  # only when the actor's are older
+        self._actor_version = version
+        return self.actor.collect.remote(first, granted, version, weights)
+
+    def _finish(self, ref: Any) -> CollectorBatch:
+        from tensordict import TensorDict
+
+        result = self._result(ref)
+        data = to_torch(result["data"], copy=False)  # read once, by the replay buffer's copy
+        td = TensorDict(data, batch_size=[next(iter(data.values())).shape[0]])
+        self.node_ids.add(str(self.node_id))
+        now = time.monotonic()  # the actor's clock may be another machine's: times are the driver's
+        return CollectorBatch(td, self.collector_id, result["policy_version"], list(result["episode_returns"]),
+                              result["env_steps"], result["dropped"], now, now - result["seconds"])
+
+    def _result(self, ref: Any, startup: bool = False) -> Any:
+        """``ray.get(ref)`` once ``ray.wait`` says it is ready; heartbeats while waiting; an actor's error or
+        death raised here (a collector's NonFiniteEnvError keeps its type)."""
+        ray = self.backend.ray
+        deadline = time.monotonic() + START_TIMEOUT_S
+        beat_ref, asked = None, 0.0
+        while True:
+            ready, _ = ray.wait([ref], timeout=POLL_S)
+            if ready:
+                try:
+                    return ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    raise self._remote_error(exc) from None
+                except ray.exceptions.RayActorError as exc:
+                    if self.abandoned or self._closed:
+                        raise CollectorStopped from None
+                    raise RayCollectorError(f"collector {self.collector_id}'s actor died "
+                                            f"({type(exc).__name__}): {exc}") from None
+            if self.abandoned or (self._closed and self._stop.is_set()):
+                raise CollectorStopped
+            now = time.monotonic()
+            if startup:
+                if now > deadline:
+                    raise RayCollectorError(f"collector {self.collector_id}'s actor did not start within "
+                                            f"{START_TIMEOUT_S:.0f} s (are there free resources for it?)")
+                self.beat()
+                continue
+            if beat_ref is not None and ray.wait([beat_ref], timeout=0)[0]:
+                try:  # it last stepped that many seconds before it answered
+                    self._beat = max(self._beat, time.monotonic() - ray.get(beat_ref))
+                except ray.exceptions.RayError:
+                    pass  # the actor died: the collect ref says so next
+                beat_ref = None
+            if beat_ref is None and now - asked > BEAT_EVERY_S:
+                beat_ref, asked = self.actor.seconds_since_step.remote(), now
+
+    def _remote_error(self, exc: Any) -> BaseException:
+        cause = getattr(exc, "cause", None)
+        text = str(exc)
+        if isinstance(cause, NonFiniteEnvError):
+            return NonFiniteEnvError(f"{cause}\n{text}")
+        return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised:\n{text}")
+
+
+def _ordered(ray: Any) -> type:
+    """The actor class with ``collect`` in a concurrency group of one: its batches run one at a time, in the
+    order asked, while the heartbeat is answered from the default group."""
+
+    class OrderedCollectorActor(CollectorActor):
+        @ray.method(concurrency_group="collect")
+        def collect(self, *args: Any) -> dict[str, Any]:
+            return super().collect(*args)
+
+    return OrderedCollectorActor
+
+
+class RayBackend:
+    """Connects to (or starts) Ray, publishes weights into its object store, and builds collector actors."""
+
+    name = "ray"
+    uses_trainer_env = False
+    """Every actor builds its own env; the trainer's first one only gave the spaces."""
+
+    def __init__(self, setup: CollectorSetup, queue: TransitionQueue[CollectorBatch], weights: WeightStore,
+                 gate: RatioGate, num_collectors: int, config: RayConfig, env_id: str, env_source: str,
+                 env_seed: Callable[[int, int], int], action_seed: Callable[[int, int], int],
+                 env_factory: Callable[..., Any] | None = None) -> None:
+        self.ray = import_ray()
+        self.setup, self.queue, self.weights, self.gate, self.config = setup, queue, weights, gate, config
+        self.env_id, self.env_source, self.env_factory = env_id, env_source, env_factory
+        self.env_seed, self.action_seed = env_seed, action_seed
+        self.started_ray = False
+        self._cluster_mode: tuple[str | None, bool] = (None, True)
+        if not self.ray.is_initialized():
+            self._connect(num_collectors)
+        elif config.address not in (None, "auto"):
+            current = self.ray.get_runtime_context().gcs_address
+            if config.address.removeprefix("ray://") != current:
+                raise MbpoError(f"this process is already connected to the Ray at {current}, not to "
+                                f"runtime.ray.address={config.address}; call ray.shutdown() first, or drop the key")
+        self.actor_class = self.ray.remote(
+            num_cpus=config.num_cpus_per_collector, num_gpus=config.num_gpus_per_collector, max_concurrency=2,
+            concurrency_groups={"collect": 1}, max_restarts=0)(_ordered(self.ray))
+        self._lock = threading.Lock()
+        self._newest: tuple[int, Any] = (0, None)
+        weights.add_mirror(self._put)
+
+    def _connect(self, num_collectors: int) -> None:
+        c = self.config
+        if c.address is None:  # private, local, loopback only
+            os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+            # ray.init turns a node address of 127.0.0.1 into this machine's reachable one, and its servers
+            # then listen on every interface; with cluster mode off (the switch Ray uses on macOS and Windows)
+            # the node address is loopback and every server binds 127.0.0.1. Set for Ray's own processes (the
+            # environment) and for this one (the constant Ray read when it was imported).
+            self._cluster_mode = (os.environ.get(LOOPBACK_ENV), self.ray._private.ray_constants.ENABLE_RAY_CLUSTER)
+            os.environ[LOOPBACK_ENV] = "0"
+            self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
+            num_cpus = c.num_cpus if c.num_cpus is not None else num_collectors * c.num_cpus_per_collector + 1
+            self.ray.init(num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
+                          configure_logging=False, log_to_driver=True)
+            self.started_ray = True
+        else:
+            self.ray.init(address=c.address, configure_logging=False, log_to_driver=True)
+        print(f"[mbpo] ray: {'started a private local Ray' if self.started_ray else 'joined ' + str(c.address)} "
+              f"({self.ray.cluster_resources().get('CPU', 0):g} CPUs, "
+              f"{len(self.ray.nodes())} node{'s' if len(self.ray.nodes()) != 1 else ''})", file=sys.stderr)
+
+    def _put(self, version: int, snapshot: dict[str, Any]) -> None:
+        ref = self.ray.put(to_numpy(snapshot))  # once per published version, shared by every actor
+        with self._lock:
+            self._newest = (version, ref)
+
+    def placement(self, collector_id: int) -> Any:
+        """Collectors round-robin over the alive nodes (by node id, so the order is stable), softly: if that
+        node cannot host one (busy, or gone), Ray places it elsewhere; a replacement so avoids a dead node."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])
+        return NodeAffinitySchedulingStrategy(nodes[collector_id % len(nodes)], soft=True)
+
+    def newest_weights(self) -> tuple[int, Any]:
+        with self._lock:
+            return self._newest
+
+    def make_collector(self, collector_id: int, incarnation: int) -> RayCollector:
+        c = self.config
+        env_device = c.env_device or ("cuda:0" if c.num_gpus_per_collector > 0 else "cpu")
+        spec = ChildSpec(collector_id, incarnation, self.setup, self.env_id, self.env_source, env_device,
+                         self.env_seed(collector_id, incarnation), self.action_seed(collector_id, incarnation),
+                         trainer_pid=os.getpid(), env_factory=self.env_factory)
+        return RayCollector(collector_id, incarnation, self.setup, self.queue, self.weights, self.gate, self, spec)
+
+    def close(self) -> None:
+        """Stop publishing; shut down the Ray this run started (a joined cluster is left running)."""
+        self.weights.remove_mirror(self._put)
+        if self.started_ray:
+            self.ray.shutdown()
+            self.started_ray = False
+            env, constant = self._cluster_mode
+            self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = constant
+            if env is None:
+                os.environ.pop(LOOPBACK_ENV, None)
+            else:
+                os.environ[LOOPBACK_ENV] = env

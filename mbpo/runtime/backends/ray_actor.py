@@ -1,0 +1,93 @@
+"""The collector as a Ray actor (``runtime.backend=ray``): it owns an env and a CPU policy replica.
+
+Built from a :class:`~mbpo.runtime.backends.child.ChildSpec` (plain data), on
+whatever node Ray places it. ``collect`` runs one granted batch and returns it
+as numpy arrays and plain numbers, so the driver unpickles nothing but Ray's
+own transport of arrays and plain data. The actor runs two threads
+(``max_concurrency=2``) so that ``seconds_since_step`` answers while
+``collect`` is stepping: that is the driver's heartbeat.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from mbpo.runtime.backends.child import ChildSpec
+
+__all__ = ["CollectorActor", "to_numpy", "to_torch"]
+
+
+def to_numpy(tree: Any) -> Any:
+    """Nested dicts of tensors -> the same of numpy arrays (plain data for Ray's transport)."""
+    if isinstance(tree, dict):
+        return {k: to_numpy(v) for k, v in tree.items()}
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu().numpy()
+    return tree
+
+
+def to_torch(tree: Any, copy: bool = True) -> Any:
+    """Inverse of :func:`to_numpy`. Ray hands out read-only arrays: ``copy=False`` wraps them anyway, for
+    data that is only read (a batch on its way into the replay buffer, which copies it)."""
+    if isinstance(tree, dict):
+        return {k: to_torch(v, copy) for k, v in tree.items()}
+    if isinstance(tree, np.ndarray):
+        if copy:
+            return torch.from_numpy(np.array(tree))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(tree)
+    return tree
+
+
+class CollectorActor:
+    """Decorated with ``ray.remote`` by the backend (so importing this module does not need Ray)."""
+
+    def __init__(self, spec: ChildSpec) -> None:
+        import envs
+        from mbpo.agents import make_agent
+        from mbpo.runtime.collectors import EnvStepper
+
+        self.spec, setup = spec, spec.setup
+        torch.set_num_threads(setup.torch_threads)
+        self._stepped = time.monotonic()
+        if spec.env_factory is not None:
+            self.env = spec.env_factory(spec.collector_id, spec.incarnation, spec.env_seed)
+        else:
+            self.env = envs.make(spec.env_id, setup.num_envs, device=spec.env_device, seed=spec.env_seed,
+                                 source=spec.env_source)
+        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
+        self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, spec.action_seed, self._beat)
+
+    def _beat(self) -> None:
+        self._stepped = time.monotonic()
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def seconds_since_step(self) -> float:
+        return time.monotonic() - self._stepped  # relative: clocks of different machines are not compared
+
+    def collect(self, first: int, granted: int, version: int, weights: dict[str, Any] | None) -> dict[str, Any]:
+        if weights is not None:
+            self.stepper.use_weights(version, to_torch(weights))
+        batch = self.stepper.collect(first, granted // self.env.num_envs)
+        if self.spec.setup.debug:
+            from mbpo.debug import check_transitions
+
+            check_transitions(batch.data, f"collector {self.spec.collector_id} -> object store", self.env.device,
+                              self.env.obs_dim, self.env.action_space)
+        return {"data": to_numpy(batch.data.to_dict()), "policy_version": batch.policy_version,
+                "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
+                "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at}
+
+    def close(self) -> None:
+        self.env.close()

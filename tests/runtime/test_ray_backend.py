@@ -1,0 +1,168 @@
+"""runtime.backend=ray: collectors as Ray actors, on a private loopback Ray or a (two-node) cluster.
+
+Skipped, with the reason, only where the ``ray`` extra is missing; ``./run_async_test.sh`` installs it
+(the test extra pulls it in), so there they run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from mbpo.config import Config
+from mbpo.trainers import AsyncTrainer
+from tests.runtime.conftest import faulty
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def listening() -> set[tuple[str, int]]:
+    """(local address, port) of every listening TCP socket on this machine (from /proc/net)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":  # LISTEN
+                address, port = local.split(":")
+                found.add((address, int(port, 16)))
+    return found
+
+
+def is_loopback(hex_address: str) -> bool:
+    """127.0.0.1 in /proc/net/tcp (little-endian hex) or ::1 / ::ffff:127.0.0.1 in tcp6."""
+    return hex_address in ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+
+
+def test_without_ray_installed_the_run_stops_with_the_command_that_fixes_it(
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    from mbpo.errors import MbpoError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    cfg = tiny_config("runtime.backend=ray")
+    with pytest.raises(MbpoError, match=r"runtime.backend=ray needs Ray.*pip install -e \"\.\[ray\]\""):
+        AsyncTrainer(cfg, cfg.run_dir)
+
+
+def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    before = listening()
+    cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    opened: list[set[tuple[str, int]]] = []
+    ingest = trainer._ingest
+
+    def look_while_running(item: object) -> None:
+        if not opened:
+            opened.append(listening() - before)
+        ingest(item)  # type: ignore[arg-type]
+
+    trainer._ingest = look_while_running  # type: ignore[method-assign]
+    row = trainer.run()
+    assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["utd_ratio_realised"] == pytest.approx(2.0)
+    assert opened[0] and all(is_loopback(address) for address, _ in opened[0]), opened[0]
+    assert not ray.is_initialized()  # the run started it, the run shut it down
+    assert listening() - before == set()
+
+
+@pytest.fixture(scope="module")
+def local_cluster():  # type: ignore[no-untyped-def]
+    """One loopback Ray for the fault tests, joined by address (a joined Ray is left running)."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    info = ray.init(num_cpus=3, include_dashboard=False, configure_logging=False)
+    address = info.address_info["gcs_address"]
+    yield address
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("fault, said", [
+    ("raise", "InjectedFault: injected fault at step 40"),
+    ("sigkill", "actor died"),
+])
+def test_an_actor_that_raises_or_dies_is_restarted_from_the_newest_weights(
+        tiny_config: Callable[..., Config], local_cluster: str, capsys: pytest.CaptureFixture[str],
+        fault: str, said: str) -> None:
+    cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={local_cluster}", "runtime.num_collectors=1")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0}, at_step=40))
+    row = trainer.run()
+    assert row["collector_restarts"] == 1 and row["env_steps"] == 384 and len(trainer.buffer) == 384
+    assert said in capsys.readouterr().err
+    assert trainer.pool.collectors[0].incarnation == 1 and trainer.pool.collectors[0].policy_version > 1
+    assert ray.is_initialized()  # a joined cluster is left running
+
+
+def test_a_hung_actor_is_killed_and_replaced(tiny_config: Callable[..., Config], local_cluster: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={local_cluster}", "runtime.collector_timeout_s=4")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("hang", {1}, at_step=40))
+    row = trainer.run()
+    assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["collector_restarts"] == 1
+    assert "collector 1 is hung" in capsys.readouterr().err
+
+
+def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
+    """Two raylets on this machine (1 CPU each), one collector on each; a node is removed once both have
+    delivered data, and the run goes on with that collector restarted on the remaining node."""
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()  # the module's one-node Ray (local_cluster) is done with
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    worker = cluster.add_node(num_cpus=1)
+    try:
+        cluster.wait_for_nodes()
+        cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={cluster.address}",
+                          "runtime.ray.num_cpus_per_collector=0.5", "total_env_steps=100000")
+        trainer = AsyncTrainer(cfg, cfg.run_dir)
+        nodes_seen: set[str] = set()
+        ingest, removed, after = trainer._ingest, [], []
+
+        def remove_a_node_once_both_produced(item: object) -> None:
+            ingest(item)  # type: ignore[arg-type]
+            collector = trainer.pool.collectors[item.collector_id]  # type: ignore[attr-defined]
+            nodes_seen.update(collector.node_ids)
+            if len(nodes_seen) == 2 and not removed:
+                removed.append(True)
+                cluster.remove_node(worker)
+            elif removed and collector.incarnation == 1:
+                after.append(item)  # the replacement delivers: enough, stop as Ctrl-C would
+                trainer.stop_event.set()
+
+        trainer._ingest = remove_a_node_once_both_produced  # type: ignore[method-assign]
+        row = trainer.run()
+        assert removed and len(nodes_seen) == 2 and after
+        assert row["collector_restarts"] == 1 and len(trainer.buffer) == row["env_steps"]
+        survivor = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert all(trainer.pool.collectors[i].node_ids <= survivor for i in (0, 1) if trainer.pool.collectors[i].incarnation)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, signum: int, code: int) -> None:
+    before = listening()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"),
+                             "runtime.backend=ray", "total_env_steps=100000"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "progress":
+            break
+    os.killpg(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == code and result["exit_code"] == code, err[-3000:]
+    ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
+    assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
+    assert listening() - before == set()  # the private Ray it started is gone
