@@ -6,7 +6,7 @@ here on top. Every float value (list elements and non-null Optional floats
 included) must be finite, and a run whose budget can never be met (updates,
 env steps, model rollouts or a model buffer beyond what any machine can do) is
 refused with the arithmetic that shows it. Every field's docstring (the string
-literal under it) is its help text: ``python -m mbpo train --help-config``
+literal under it) is its help text: ``python -m mbpo --help-config``
 prints them.
 """
 

@@ -4,17 +4,20 @@ For more simulators than one machine runs, or a GPU env on each of several
 nodes feeding one learner. The learner, the model thread and the buffers stay
 in the driver, on the run's device. Per collector, a proxy thread in the
 driver runs the same :class:`~mbpo.runtime.collectors.CollectorLoop` as the
-other backends: the driver's :class:`~mbpo.runtime.gate.RatioGate` grants one
-batch at a time, so no counter crosses the network and each actor has at most
-one batch outstanding; results come back as object refs taken with
+other backends (collectors round-robin over the cluster's nodes): the driver's
+:class:`~mbpo.runtime.gate.RatioGate` grants batches, so no counter crosses the
+network; each actor has at most two outstanding, the second asked for only if
+the gate lets it through at once. Results come back as object refs taken with
 ``ray.wait`` into the bounded queue. Each published weight version is
 ``ray.put`` once; an actor is handed the newest ref with its next batch only
 when its version is older.
 
 ``runtime.ray.address: null`` starts a private Ray bound to 127.0.0.1 (no
 dashboard, no usage stats) and shuts it down at the end; ``auto`` or
-``ray://host:port`` joins a cluster and leaves it running. Ray has no
-authentication: open a cluster only inside a network you trust.
+``ray://host:port`` joins a cluster and leaves it running. Anyone who can reach
+a cluster's ports can run code on it (Ray's token authentication, on by default
+in recent Ray, is all that stands in the way): open a cluster only inside a
+network you trust.
 """
 
 from __future__ import annotations
