@@ -3,7 +3,7 @@
     train  [--config YAML] [key=value ...]                        train; writes a new run dir (below)
     eval   --checkpoint PATH [--episodes N] [--trust-checkpoint]  evaluate a checkpoint's policy
     resume RUN_DIR [key=value ...] [--trust-checkpoint]           continue a run from its newest checkpoint
-    plot   RUN_DIR                                                learning curve PNG (needs the plots extra)
+    plot   RUN_DIR [RUN_DIR ...] [--out PNG] [--x env_steps|wall_s]  evaluation curves, seeds as median+range
     rollout [--env ID --num-envs N --steps T]                     random-policy env throughput
 
 With no command (or only ``key=value`` overrides), it trains the default
@@ -114,9 +114,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from mbpo.plotting import plot_learning_curve
+    from mbpo.plotting import plot_runs
 
-    print(plot_learning_curve(args.run_dir))
+    print(plot_runs(args.run_dirs, args.out, args.x))
     return 0
 
 
@@ -178,8 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("overrides", nargs="*", help="e.g. total_env_steps=50000 to train longer")
     re_.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     re_.set_defaults(fn=cmd_resume)
-    pl = sub.add_parser("plot", help="write RUN_DIR/learning_curve.png (needs the plots extra)")
-    pl.add_argument("run_dir")
+    pl = sub.add_parser("plot", help="evaluation curves of runs on one chart; seeds of one config as median "
+                                     "and range (needs the plots extra)")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/learning_curve.png for one run, "
+                                                "./learning_curves.png for several)")
+    pl.add_argument("--x", choices=["env_steps", "wall_s"], default="env_steps", help="x axis (default: env_steps)")
     pl.set_defaults(fn=cmd_plot)
     ro = sub.add_parser("rollout", help="random-policy rollout of a vectorized env; prints its throughput")
     ro.add_argument("--env", default="Pendulum-v1", help="env id (default: Pendulum-v1)")

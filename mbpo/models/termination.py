@@ -29,7 +29,8 @@ TerminationFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tenso
 
 
 def _never(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-    """Pendulum never terminates (gymnasium classic_control/pendulum.py: ``step`` returns False)."""
+    """Tasks whose ``step`` always returns ``terminated=False`` (Pendulum; MuJoCo HalfCheetah, Swimmer,
+    Reacher, Pusher): only the time limit ends their episodes, so a model rollout never terminates."""
     return torch.zeros(next_obs.shape[:-1], dtype=torch.bool, device=next_obs.device)
 
 
@@ -140,6 +141,10 @@ _RULES: dict[tuple[str, int], TerminationFn] = {
     ("Humanoid", 5): _humanoid,
     ("InvertedPendulum", 4): _inverted_pendulum,
     ("InvertedPendulum", 5): _inverted_pendulum,
+    # gymnasium mujoco/{half_cheetah,swimmer,reacher}_v{4,5}.py and pusher_v5.py: terminated is always False
+    # (Pusher-v4 needs mujoco < 3, which gymnasium 1.x does not run).
+    **{(name, version): _never for name in ("HalfCheetah", "Swimmer", "Reacher") for version in (4, 5)},
+    ("Pusher", 5): _never,
 }
 
 # gymnasium's id grammar: [namespace/]name[-vN].

@@ -61,3 +61,22 @@ def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -
     assert cli.main(["--help-config"]) == 0
     out = capsys.readouterr().out
     assert "agent.utd_ratio = 1.0\n    Gradient updates per collected env transition" in out
+
+
+def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo.plotting import curves
+
+    runs = []
+    for name, extra in (("a0", ["seed=0"]), ("a1", ["seed=1"]), ("b0", ["seed=0", "agent.utd_ratio=2"])):
+        runs.append(tmp_path / name)
+        assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={runs[-1]}", *TINY, *extra]) == 0
+    data = curves(runs)
+    assert set(data) == {"Pendulum-v1 SAC, utd 1", "Pendulum-v1 SAC, utd 2"}  # the config's utd_ratio is 1
+    two = data["Pendulum-v1 SAC, utd 1"]
+    assert two["seeds"] == [0, 1] and two["x"] == [150.0, 300.0]
+    evals = [[float(r["eval_return"]) for r in read_metrics(run / "metrics.csv")] for run in runs[:2]]
+    assert two["low"] == [min(v) for v in zip(*evals)] and two["high"] == [max(v) for v in zip(*evals)]
+    capsys.readouterr()
+    out = tmp_path / "cmp.png"
+    assert cli.main(["plot", *map(str, runs), "--out", str(out), "--x", "wall_s"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == out and out.read_bytes()[:4] == b"\x89PNG"
