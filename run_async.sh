@@ -29,6 +29,23 @@ ensure_venv() {
   echo "$want" > "$stamp"
 }
 
+# extras_for ARGS: the pip extras a command line needs beyond the base install: mjlab for an Mjlab- env id,
+# ray for runtime.backend=ray, whether on the command line or in the --config file.
+extras_for() {
+  local text="" config="" prev="" extras=()
+  for a in "$@"; do
+    text+=" $a"
+    [[ "$prev" == "--config" ]] && config="$a"
+    [[ "$a" == --config=* ]] && config="${a#--config=}"
+    prev="$a"
+  done
+  [[ -n "$config" && -f "$config" ]] && text+=" $(cat "$config")"
+  [[ "$text" == *Mjlab-* ]] && extras+=(mjlab)
+  [[ "$text" =~ (runtime\.backend=ray|backend:[[:space:]]*ray) ]] && extras+=(ray)
+  local IFS=,
+  echo "${extras[*]}"
+}
+
 main() {
   local args=()
   for a in "$@"; do
@@ -37,7 +54,7 @@ main() {
     fi
     args+=("$a")
   done
-  ensure_venv
+  ensure_venv "$(extras_for "$@")"
   exec "$VENV/bin/python" -m mbpo "${args[@]}"
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Staged smoke checks, then the whole pytest suite (installs .venv on first use).
+# Lint, types and staged smoke checks, then the whole pytest suite (installs .venv on first use).
 #   ./run_async_test.sh            stages, then pytest
-#   ./run_async_test.sh --smoke    stages only
+#   ./run_async_test.sh --smoke    stages only (lint, types, smoke)
 #   ./run_async_test.sh ARGS...    stages, then pytest ARGS... (e.g. -k envs -x)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,6 +16,18 @@ for a in "$@"; do
   if [[ "$a" == "--smoke" ]]; then smoke_only=1; else pytest_args+=("$a"); fi
 done
 
+# stage NAME WHAT COMMAND...: print what runs, run it, stop here if it finds anything.
+stage() {
+  local name="$1" what="$2"
+  shift 2
+  echo "[$name] $what..."
+  if ! "$@"; then
+    echo "[$name] Error: $what found the problems above; fix them and run again" >&2
+    exit 1
+  fi
+}
+stage Lint "ruff check mbpo envs tests benchmarks" "$VENV/bin/ruff" check mbpo envs tests benchmarks
+stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
 "$VENV/bin/python" -m mbpo.smoke
 [[ $smoke_only == 1 ]] && exit 0
 exec "$VENV/bin/python" -m pytest "${pytest_args[@]}"

@@ -14,7 +14,8 @@ Three comparisons, each against its peer from the same run:
   first evaluation, every 200 steps on 50 episodes, after which the mean return stays >= -200) for
   sync and async MBPO, 2,000-step budget. Target: async median within 25% of sync's.
 
-    python benchmarks/async_vs_sync.py [--steps 1000] [--repeats 3] [--seeds 0 1 2] [--only equal_work slow_env threshold]
+    python benchmarks/async_vs_sync.py [--steps 1000] [--repeats 3] [--seeds 0 1 2]
+        [--only equal_work slow_env threshold]
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
+import torch
 
-import envs  # noqa: E402
-from envs.faults import FaultyEnv  # noqa: E402
-from mbpo.logs import quiet_torchrl  # noqa: E402
+import envs
+from envs.faults import FaultyEnv
+from mbpo.logs import quiet_torchrl
 
 CONFIG = "configs/pendulum_mbpo.yaml"
 DELAY_S = 0.005
@@ -64,7 +65,8 @@ def train(trainer: str, overrides: list[str], env_factory: Any = None) -> dict[s
 
 def equal_work(steps: int, repeats: int) -> dict[str, Any]:
     """Sync then async, ``repeats`` times (interleaved, so machine noise hits both alike); the ratio is the
-    median of the per-pair ratios."""
+    median of the per-pair ratios.
+    """
     common = [f"total_env_steps={steps}", f"eval_every={10 * steps}", f"checkpoint.every={steps}"]
     pairs = []
     for _ in range(repeats):

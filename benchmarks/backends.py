@@ -29,10 +29,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
+import torch
 
-from envs.faults import FaultyFactory  # noqa: E402
-from mbpo.logs import quiet_torchrl  # noqa: E402
+from envs.faults import FaultyFactory
+from mbpo.logs import quiet_torchrl
 
 BACKENDS = ("thread", "process", "ray")
 BUSY_S = 0.005
@@ -109,7 +109,8 @@ def threshold(seeds: list[int]) -> dict[str, Any]:
             start = time.perf_counter()
             _, rows = run([*common, f"seed={seed}", f"runtime.backend={backend}"], config="configs/pendulum_mbpo.yaml")
             evals = [(int(r["env_steps"]), float(r["eval_return"])) for r in rows if r["eval_return"]]
-            results.append({"seed": seed, "steps": steps_to_threshold(evals), "wall_s": round(time.perf_counter() - start, 1)})
+            wall_s = round(time.perf_counter() - start, 1)
+            results.append({"seed": seed, "steps": steps_to_threshold(evals), "wall_s": wall_s})
             print(json.dumps({backend: results[-1]}), file=sys.stderr)
         known = sorted(r["steps"] if r["steps"] is not None else float("inf") for r in results)
         median = statistics.median(known)

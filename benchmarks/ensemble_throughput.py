@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,8 +37,8 @@ import torch
 
 from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.config import ModelConfig
-from mbpo.models import DynamicsEnsemble, train_epoch
 from mbpo.logs import quiet_torchrl
+from mbpo.models import DynamicsEnsemble, train_epoch
 
 OBS_DIM, ACT_DIM = 17, 6
 TARGET_FRACTION = 0.5
@@ -59,7 +61,7 @@ def seconds(fn: Callable[[], Any], device: torch.device, reps: int = 1) -> float
 
 def forward_flops(cfg: ModelConfig, in_dim: int, out_dim: int) -> int:
     sizes = [in_dim, *cfg.hidden_sizes, out_dim]
-    return sum(2 * i * o for i, o in zip(sizes[:-1], sizes[1:]))
+    return sum(2 * i * o for i, o in itertools.pairwise(sizes))
 
 
 def main() -> None:
@@ -131,7 +133,7 @@ def main() -> None:
         fit_act = torch.rand(12_800, ACT_DIM, device=device, generator=g)
         fitter = DynamicsEnsemble(dataclasses.replace(cfg, max_epochs=2, patience=100), OBS_DIM, space, device,
                                   precision=p)
-        fit_s = seconds(lambda: fitter.fit(fit_data, fit_act, fit_data[:, 0], fit_data * 0.9, None), device)
+        fit_s = seconds(lambda f=fitter, x=fit_data, a=fit_act: f.fit(x, a, x[:, 0], x * 0.9, None), device)
         fit_rate = 2 * m * (12_800 - int(12_800 * cfg.holdout_ratio)) / fit_s
         for kind, rate, flops in (("training", train_rate, 3 * fwd), ("rollout", roll_rate, fwd)):
             gflops = rate * flops / 1e9

@@ -12,12 +12,13 @@ numpy-vectorized CartPole-v1 at 4,096 envs. Ratios are medians over repeats.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import shutil
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -90,7 +91,7 @@ def main() -> None:
     native: dict[str, dict[str, float]] = {}
     for env_id in ("Pendulum-v1", "CartPole-v1"):
         native[env_id] = {
-            str(n): round(median_rate(lambda: native_stepper(env_id, n, args.device), n, 3, args.min_time))
+            str(n): round(median_rate(functools.partial(native_stepper, env_id, n, args.device), n, 3, args.min_time))
             for n in COUNTS
         }
     result["native_steps_per_s"] = native

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from mbpo.config import load_config
+from mbpo.logs import quiet_torchrl
 from mbpo.metrics import read_metrics
 from mbpo.trainers import SyncTrainer
-from mbpo.logs import quiet_torchrl
 
 TASKS = {
     "sac": {"config": "configs/pendulum_sac.yaml", "target": -200.0, "budget": 10_000, "eval_every": 500,

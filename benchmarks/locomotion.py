@@ -64,6 +64,8 @@ def run_ours(learner: str, seed: int, run_dir: Path, precision: str) -> None:
             overrides.append("model.enabled=false")
         trainer = make_trainer(load_config(CONFIG, overrides), run_dir)
     trainer.run()
+    if getattr(trainer, "exit_code", 0):  # Ctrl-C or SIGTERM: the run is checkpointed; stop here, resume later
+        raise SystemExit(trainer.exit_code)
 
 
 def run_sb3(seed: int, run_dir: Path) -> None:

@@ -28,7 +28,8 @@ import json
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -123,12 +124,16 @@ def torchrl_sac(data: dict[str, torch.Tensor]) -> Callable[[int], None]:
     obs_dim, act_dim = data["obs"].shape[1], data["action"].shape[1]
     n = data["obs"].shape[0]
     torch.manual_seed(0)
-    actor_net = nn.Sequential(MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=HIDDEN), NormalParamExtractor())
+    actor_net = nn.Sequential(
+        MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=HIDDEN), NormalParamExtractor()
+    )
     actor = ProbabilisticActor(
         TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
         in_keys=["loc", "scale"], distribution_class=TanhNormal,
     )  # fmt: skip
-    qnet = ValueOperator(MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=HIDDEN), in_keys=["observation", "action"])
+    qnet = ValueOperator(
+        MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=HIDDEN), in_keys=["observation", "action"]
+    )
     loss = SACLoss(actor, qnet, num_qvalue_nets=2, loss_function="l2", target_entropy=-float(act_dim))
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.99)
     updater = SoftUpdate(loss, tau=0.005)
@@ -136,7 +141,8 @@ def torchrl_sac(data: dict[str, torch.Tensor]) -> Callable[[int], None]:
     term = data["terminated"].unsqueeze(-1)
     td = TensorDict(
         {"observation": data["obs"], "action": data["action"],
-         "next": {"observation": data["next_obs"], "reward": data["reward"].unsqueeze(-1), "done": term, "terminated": term}},
+         "next": {"observation": data["next_obs"], "reward": data["reward"].unsqueeze(-1), "done": term,
+                  "terminated": term}},
         batch_size=[n],
     )  # fmt: skip
     rb = ReplayBuffer(storage=LazyTensorStorage(n), batch_size=BATCH)

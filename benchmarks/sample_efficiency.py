@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 from typing import Any
+
 from mbpo.logs import quiet_torchrl
 
 THRESHOLD = -200.0
@@ -115,7 +116,8 @@ def run_cartpole(variant: str, seed: int) -> list[tuple[int, float]]:
     with tempfile.TemporaryDirectory() as run_dir:
         config = load_config(path, [
             f"seed={seed}", "device=cpu", f"run_dir={run_dir}", "progress=false", f"total_env_steps={budget}",
-            f"eval_every={CARTPOLE_EVAL_EVERY}", f"eval_episodes={CARTPOLE_EVAL_EPISODES}", f"checkpoint.every={budget}",
+            f"eval_every={CARTPOLE_EVAL_EVERY}", f"eval_episodes={CARTPOLE_EVAL_EPISODES}",
+            f"checkpoint.every={budget}",
         ])
         SyncTrainer(config, run_dir).run()
         return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")

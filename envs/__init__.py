@@ -6,34 +6,61 @@ ours to torchrl; ``from_rsl_rl`` brings in rsl_rl envs (Isaac Lab, mjlab).
 This package never imports ``mbpo``.
 """
 
-from envs.base import ActionError, VecEnv, check_actions, random_actions
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from envs.base import (
+    ActionError,
+    EnvTooLargeError,
+    MissingExtraError,
+    VecEnv,
+    available_memory,
+    check_actions,
+    random_actions,
+)
 from envs.device import DeviceUnavailableError, resolve_device
 from envs.registry import UnknownEnvError, list_envs, make
 
+if TYPE_CHECKING:  # torchrl is imported lazily, only by the adapters that need it
+    from torchrl.envs import EnvBase
 
-def to_torchrl(vec_env: VecEnv):  # noqa: ANN201 - torchrl is imported lazily
+    from envs.adapters.torchrl_env import VecEnvTorchRL
+
+
+def to_torchrl(vec_env: VecEnv) -> VecEnvTorchRL:
     """Wrap one of our VecEnvs as a torchrl ``EnvBase`` (see envs.adapters.torchrl_env)."""
     from envs.adapters.torchrl_env import to_torchrl as _to_torchrl
 
     return _to_torchrl(vec_env)
 
 
-def from_torchrl(env, **kwargs) -> VecEnv:  # noqa: ANN001
+def from_torchrl(env: EnvBase, **kwargs: Any) -> VecEnv:
     """Bring a batched torchrl ``EnvBase`` in as a VecEnv (see envs.adapters.torchrl_env)."""
     from envs.adapters.torchrl_env import from_torchrl as _from_torchrl
 
     return _from_torchrl(env, **kwargs)
 
 
-def from_rsl_rl(vec_env, obs_group: str = "actor", **kwargs) -> VecEnv:  # noqa: ANN001
+def from_rsl_rl(vec_env: Any, obs_group: str = "actor", **kwargs: Any) -> VecEnv:
     """Bring an rsl_rl ``VecEnv`` (Isaac Lab, mjlab) in as a VecEnv (see envs.adapters.rsl_rl)."""
     from envs.adapters.rsl_rl import from_rsl_rl as _from_rsl_rl
 
     return _from_rsl_rl(vec_env, obs_group, **kwargs)
 
 
+def to_rsl_rl(vec_env: VecEnv) -> Any:
+    """One of our VecEnvs as an rsl_rl ``VecEnv``, for rsl_rl's runners (see envs.adapters.rsl_rl_export)."""
+    from envs.adapters.rsl_rl_export import to_rsl_rl as _to_rsl_rl
+
+    return _to_rsl_rl(vec_env)
+
+
 __all__ = [
     "ActionError",
+    "EnvTooLargeError",
+    "MissingExtraError",
+    "available_memory",
     "DeviceUnavailableError",
     "UnknownEnvError",
     "VecEnv",
@@ -44,5 +71,6 @@ __all__ = [
     "make",
     "random_actions",
     "resolve_device",
+    "to_rsl_rl",
     "to_torchrl",
 ]

@@ -30,20 +30,28 @@ spaces take int64 ``(num_envs,)``. Both on ``env.device``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["VecEnv", "StepResult", "ActionError", "check_actions", "check_num_envs", "random_actions",
-           "resolve_env_ids"]
+__all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "check_actions",
+           "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
 class ActionError(ValueError):
     """Actions handed to ``step`` do not match the env's action contract."""
+
+
+class MissingExtraError(ImportError):
+    """An env needs an optional dependency (a pip extra) that is not installed; the message names the extra."""
+
+
+class EnvTooLargeError(MemoryError):
+    """``num_envs`` copies of an env cannot fit in this device's memory; the message says how much they need."""
 
 
 class VecEnv(ABC):
@@ -61,6 +69,8 @@ class VecEnv(ABC):
     """Time limit after which an episode is truncated; None if unlimited."""
     episode_steps: torch.Tensor
     """Steps taken in each env's current episode, int64 ``(num_envs,)``."""
+    spec_id: str | None = None
+    """The task's registered id (e.g. ``"Pendulum-v1"``); None for an env whose id is not known."""
 
     @abstractmethod
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,7 +88,7 @@ class VecEnv(ABC):
     def step(self, actions: torch.Tensor) -> StepResult:
         """Advance every env one step, auto-resetting the ones that finish."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default: envs that hold nothing need not override it
         """Release resources (subprocesses, simulators). Safe to call twice."""
 
     # Derived facts every consumer asks for; computed from the spaces.
@@ -93,9 +103,10 @@ class VecEnv(ABC):
     @property
     def act_dim(self) -> int:
         """Action width: ``n`` choices for a discrete env, the vector size otherwise."""
-        if self.is_discrete:
-            return int(self.action_space.n)
-        return int(np.prod(self.action_space.shape))
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            return int(space.n)
+        return int(np.prod(cast(gym.spaces.Box, space).shape))  # the contract: Box unless Discrete
 
     def __enter__(self) -> VecEnv:
         return self
@@ -112,13 +123,14 @@ class VecEnv(ABC):
 
 def random_actions(env: VecEnv, generator: torch.Generator) -> torch.Tensor:
     """Uniform random actions for every env (within the Box bounds), drawn on CPU, moved to ``env.device``."""
-    n = env.num_envs
-    if env.is_discrete:
-        start = int(env.action_space.start)
+    n, space = env.num_envs, env.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
         actions = torch.randint(start, start + env.act_dim, (n,), generator=generator)
     else:
-        low = torch.as_tensor(env.action_space.low, dtype=torch.float32)
-        high = torch.as_tensor(env.action_space.high, dtype=torch.float32)
+        box = cast(gym.spaces.Box, space)  # the contract: Box unless Discrete
+        low = torch.as_tensor(box.low, dtype=torch.float32)
+        high = torch.as_tensor(box.high, dtype=torch.float32)
         actions = low + (high - low) * torch.rand(n, env.act_dim, generator=generator)
     return actions.to(env.device)
 
@@ -175,7 +187,7 @@ def check_actions(
                     f"expected an integer in [{low}, {low + n - 1}]"
                 )
         return
-    expected = (num_envs, *action_space.shape)
+    expected = (num_envs, *cast(gym.spaces.Box, action_space).shape)  # the contract: Box unless Discrete
     if actions.dtype != torch.float32:
         raise ActionError(f"continuous actions must be float32 of shape {expected}, got {actions.dtype}")
     if tuple(actions.shape) != expected:
@@ -221,3 +233,17 @@ def resolve_env_ids(
     else:
         raise ValueError(f"env_ids must be {expected}, got dtype {env_ids.dtype}")
     return mask, mask.nonzero().squeeze(-1)
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device`` (CPU: MemAvailable; CUDA: free memory); None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

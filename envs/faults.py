@@ -61,7 +61,7 @@ class FaultyEnv(VecEnv):
         self._released = threading.Event()
 
     @property
-    def episode_steps(self) -> torch.Tensor:  # type: ignore[override]
+    def episode_steps(self) -> torch.Tensor:  # type: ignore[override]  # reads through to the wrapped env
         return self.env.episode_steps
 
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,7 +111,8 @@ class FaultyEnv(VecEnv):
 class FaultyFactory:
     """``env_factory(collector_id, incarnation, seed)``: ``env_id`` envs, with ``fault`` in the first
     incarnation of the ``collectors`` chosen (``options`` go to :class:`FaultyEnv`). Plain data, so it
-    can be sent to a spawned collector process."""
+    can be sent to a spawned collector process.
+    """
 
     fault: str
     collectors: tuple[int, ...]

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from envs.base import VecEnv, check_num_envs
+from envs.base import EnvTooLargeError, VecEnv, available_memory, check_num_envs
 from envs.classic import TASKS, TOY_TASKS, ClassicVecEnv
 from envs.device import resolve_device
 
@@ -59,6 +59,7 @@ def make(
     num_envs = check_num_envs(num_envs)
     device = resolve_device(device)
     native = env_id in TASKS or env_id in TOY_TASKS
+    _check_fits(env_id, num_envs, device, native)
     if source == "native" and not native:
         raise UnknownEnvError(f"{env_id!r} has no native torch implementation (source=native); native ids: "
                               f"{', '.join(list_envs(include_toy=True))}; use source=auto or gymnasium")
@@ -82,3 +83,32 @@ def make(
         f"unknown env id {env_id!r}: it is neither a native env ({', '.join(list_envs())}) "
         f"nor a registered gymnasium id (mjlab tasks start with 'Mjlab-').{hint}"
     )
+
+
+GYMNASIUM_ENV_BYTES = 200_000
+"""A rough floor for one gymnasium env instance in memory (a MuJoCo model and data are 0.1-1 MB)."""
+NATIVE_WORKING_COPIES = 8
+"""Tensors of a native env's size alive during a step (state, next state, obs, final obs, fresh draws...)."""
+
+
+def _check_fits(env_id: str, num_envs: int, device: torch.device, native: bool) -> None:
+    """Refuse, before allocating anything, a batch of envs that cannot fit this device's memory."""
+    available = available_memory(device)
+    if available is None:
+        return
+    if native:
+        task = TASKS.get(env_id) or TOY_TASKS[env_id]
+        per_env = 4 * NATIVE_WORKING_COPIES * (task.state_dim + 2 * int(task.observation_space.shape[0]) + 4)
+        what = f"{per_env} bytes per env ({NATIVE_WORKING_COPIES} working copies of its state and observation)"
+    else:
+        per_env = GYMNASIUM_ENV_BYTES
+        what = f"at least {per_env // 1000} kB per gymnasium env instance"
+    need = per_env * num_envs
+    if need > available:
+        raise EnvTooLargeError(
+            f"num_envs={num_envs:,} copies of {env_id} need about {_gb(need)} on {device} ({what}), but only "
+            f"{_gb(available)} is available; lower env.num_envs to at most {max(available // per_env, 1):,}")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"

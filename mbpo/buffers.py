@@ -23,9 +23,9 @@ from torchrl.data.replay_buffers.samplers import RandomSampler
 from mbpo.debug import check_indices
 
 __all__ = [
-    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "NEXT_OBS_VALID", "real_transitions", "TRANSITION_KEYS",
-    "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches", "transitions", "replay_state", "load_replay_state",
-    "filled_rows", "as_tensordict",
+    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "NEXT_OBS_VALID", "real_transitions",
+    "TRANSITION_KEYS", "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches", "transitions",
+    "replay_state", "load_replay_state", "filled_rows", "as_tensordict",
 ]
 
 OBS = "obs"
@@ -120,7 +120,8 @@ def real_transitions(
 
     Where it is unknown, ``next_obs`` is ``obs`` itself, not the env's placeholder: a time-out then
     bootstraps from ``V(s_t)``, as rsl_rl's PPO does for time-outs, instead of from the next
-    episode's first state (a terminal row does not bootstrap at all)."""
+    episode's first state (a terminal row does not bootstrap at all).
+    """
     done = terminated | truncated
     real_next = torch.where(done.unsqueeze(-1), info["final_obs"], next_obs)
     valid = info.get("final_obs_valid")
@@ -180,6 +181,7 @@ class ModelBuffer:
 
     def newest(self, n: int) -> TensorDict:
         """The ``n`` most recent transitions, oldest first."""
+        assert self._data is not None, "newest() on a model buffer that never held a transition"
         n = min(n, self._size)
         idx = (torch.arange(n, device=self.device) + self._cursor - n) % self.capacity
         return self._data[idx]
@@ -197,12 +199,14 @@ class ModelBuffer:
     def sample(self, batch_size: int, generator: torch.Generator) -> TensorDict:
         if self._size == 0:
             raise RuntimeError("the model buffer is empty: no model rollout has been stored yet")
+        assert self._data is not None  # allocated by the first add()
         idx = torch.randint(self._size, (batch_size,), generator=generator, device=self.device)
         return self._data[idx]
 
     def state_dict(self) -> dict:
         """The filled rows only (rows ``[0, size)``: the ring starts at 0 and only wraps once full), so a
-        checkpoint grows with the rollouts held, not with the capacity."""
+        checkpoint grows with the rollouts held, not with the capacity.
+        """
         return {"capacity": self.capacity, "cursor": self._cursor, "size": self._size,
                 "data": None if self._data is None or self._size == 0 else filled_rows(self._data[: self._size])}
 

@@ -25,8 +25,9 @@ import torch
 from mbpo.errors import MbpoError
 
 __all__ = [
-    "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps", "cpu_copy",
-    "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError", "FORMAT", "CORRUPT_SUFFIX",
+    "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps",
+    "cpu_copy", "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError",
+    "FORMAT", "CORRUPT_SUFFIX",
 ]
 
 PREFIX, SUFFIX, CORRUPT_SUFFIX = "ckpt_", ".pt", ".corrupt"
@@ -79,7 +80,8 @@ def checkpoint_steps(path: str | Path) -> int | None:
 
 def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:
     """Write ``state`` as ``ckpt_<env_steps>.pt`` atomically, read it back, then prune all but the newest
-    ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned."""
+    ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
@@ -134,7 +136,8 @@ def load_latest(
     directory: str | Path, map_location: str | torch.device = "cpu", trust: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """The newest checkpoint that loads. An unreadable newer one is renamed ``*.corrupt`` (reported on
-    stderr) and the previous one is tried; an unsafe one stops the search (it is never skipped silently)."""
+    stderr) and the previous one is tried; an unsafe one stops the search (it is never skipped silently).
+    """
     candidates = list_checkpoints(directory)
     if not candidates:
         raise CheckpointError(f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")

@@ -21,16 +21,17 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 import envs
-from mbpo.logs import quiet_torchrl
 from envs import random_actions
 from mbpo.checkpoint import list_checkpoints
-from mbpo.config import ConfigError, describe, load_config
+from mbpo.config import describe, load_config
 from mbpo.errors import MbpoError
+from mbpo.logs import quiet_torchrl
 from mbpo.run_dir import RunLock
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
@@ -50,11 +51,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mbpo.trainers import make_trainer
 
     config = load_config(_config_path(args.config), args.overrides)
-    if config.run_dir is None:  # unique even for runs started in the same second
+    if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(f"runs/{config.env.id}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}")
-        run_dir.mkdir(parents=True, exist_ok=False)
-        config.run_dir = str(run_dir)
+        config.run_dir = f"runs/{config.env.id}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
     run_dir = Path(config.run_dir)
     with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
         if list_checkpoints(run_dir / "checkpoints"):
@@ -67,7 +66,18 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
         trainer = make_trainer(config, run_dir)
         row = trainer.run()
-    print(json.dumps({"run_dir": str(run_dir), **row}))
+    return finish(trainer, run_dir, row)
+
+
+def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
+    """A short human summary, then the last metrics row as one JSON line (scripts read the last line)."""
+    last = {"last_eval_return": trainer.last_eval_return, "last_eval_env_steps": trainer.last_eval_env_steps}
+    minutes, seconds = divmod(int(round(trainer.wall_s)), 60)
+    evaluation = ("no evaluation yet" if trainer.last_eval_return is None else
+                  f"last evaluation {trainer.last_eval_return:.1f} at {trainer.last_eval_env_steps:,} env steps")
+    print(f"[mbpo] {trainer.env_steps:,} env steps, {trainer.agent.num_updates:,} updates in {minutes} min "
+          f"{seconds} s; {evaluation}; run dir {run_dir}")
+    print(json.dumps({"run_dir": str(run_dir), **row, **last}))
     return getattr(trainer, "exit_code", 0)
 
 
@@ -75,12 +85,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from mbpo.metrics import MetricsLogger
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
+    if not Path(args.run_dir).is_dir():  # checked before the lock, which would create it
+        raise MbpoError(f"run dir {str(args.run_dir)!r} does not exist; expected a directory written by "
+                        "`python -m mbpo train`")
     with RunLock(args.run_dir):  # held from before the checkpoint is read until the run ends
         try:
             trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint)
         except RunAlreadyDone as done:
             print(f"[mbpo] {done}", file=sys.stderr)
             return 0
+        assert trainer.resumed_from is not None  # set by resume_trainer
         print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps "
               f"(from {trainer.resumed_from.path.name})", file=sys.stderr)
         logger = MetricsLogger(args.run_dir, trainer.config.total_env_steps, trainer.config.progress,
@@ -89,8 +103,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             row = trainer.run(logger)
         finally:
             logger.close()
-    print(json.dumps({"run_dir": str(args.run_dir), **row}))
-    return getattr(trainer, "exit_code", 0)
+    return finish(trainer, Path(args.run_dir), row)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -100,6 +113,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.devices import DevicePlan
     from mbpo.evaluation import evaluate
 
+    if args.episodes < 1:
+        raise MbpoError(f"--episodes {args.episodes} is not allowed; expected at least 1 (one env per episode)")
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
@@ -159,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mbpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true",
-                        help="debug mode (./run_async.sh --debug also sets CUDA_LAUNCH_BLOCKING=1, TORCH_USE_CUDA_DSA=1)")
+                        help="debug mode (./run_async.sh --debug also sets CUDA_LAUNCH_BLOCKING=1, "
+                             "TORCH_USE_CUDA_DSA=1)")
     parser.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
     sub = parser.add_subparsers(dest="command")
     tr = sub.add_parser("train", help="train from a YAML config with key=value overrides")
@@ -195,13 +211,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OPTIONS_WITH_VALUES = ("--config", "--checkpoint", "--episodes", "--device", "--seed", "--out", "--x", "--env",
+                      "--num-envs", "--steps")
+
+
+def _overrides_last(argv: list[str]) -> list[str]:
+    """Reorder to ``command, options, positionals, key=value overrides``, so overrides may stand anywhere:
+    ``train seed=1 --config X steps=2`` parses like ``train --config X seed=1 steps=2`` (argparse stops
+    filling a positional list at the first option).
+    """
+    if not argv or argv[0] not in COMMANDS:
+        return argv
+    options: list[str] = []
+    positionals: list[str] = []
+    overrides: list[str] = []
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg.startswith("-"):
+            options.append(arg)
+            if arg in OPTIONS_WITH_VALUES:
+                options.append(next(rest, ""))
+        else:
+            (overrides if "=" in arg else positionals).append(arg)
+    return [argv[0], *options, *positionals, *overrides]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     flags = [a for a in argv if a == "--debug"]  # a global flag: accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
     if not any(a in COMMANDS or a in ("-h", "--help", "--help-config") for a in argv):
         argv = ["train", *argv]  # default: train the default config
-    argv = flags + argv
+    argv = flags + _overrides_last(argv)
     args = build_parser().parse_args(argv)
     quiet_torchrl()
     if args.help_config:
@@ -213,11 +254,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[mbpo] debug mode: {switches}", file=sys.stderr)
     try:
         return args.fn(args)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    except MbpoError as exc:
+    except USER_ERRORS as exc:  # a user's mistake: one line; a bug keeps its traceback (and --debug shows all)
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    MbpoError, envs.UnknownEnvError, envs.DeviceUnavailableError, envs.MissingExtraError, envs.EnvTooLargeError)
+"""What the CLI reports as ``error: <message>`` with exit 2 (mbpo's own MbpoError covers config, device plan,
+checkpoint and run-dir mistakes; envs never imports mbpo, so its user errors are listed here)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The message on one line (a device-plan mismatch lists its components on several)."""
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())

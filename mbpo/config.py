@@ -15,14 +15,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import itertools
 import math
 import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, cast
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,7 +46,7 @@ class EnvConfig:
     source: str = "auto"
     """Which implementation of env.id: auto (the native torch env if there is one, else mjlab or gymnasium),
     native, or gymnasium (gymnasium's own, on CPU: e.g. CartPole-v1 as a CPU-bound simulator)."""
-    device: Optional[str] = None
+    device: str | None = None
     """Where the env's tensors live (cpu, cuda or cuda:N); null = the run's device. With device=auto
     the whole run follows it (e.g. an mjlab env on cpu plans everything on cpu); a different explicit
     device is a DeviceMismatchError at start-up."""
@@ -62,7 +64,7 @@ class SACConfig:
     """Adam learning rate of log(alpha), the entropy temperature."""
     init_alpha: float = 1.0
     """Initial entropy temperature alpha."""
-    target_entropy: Optional[float] = None
+    target_entropy: float | None = None
     """Entropy target in nats; null means -act_dim (the SAC paper's heuristic)."""
     gamma: float = 0.99
     """Discount factor per env step."""
@@ -172,16 +174,16 @@ class CheckpointConfig:
 
 @dataclass
 class RayConfig:
-    address: Optional[str] = None
+    address: str | None = None
     """null: start a private local Ray (loopback only, no dashboard, no usage stats) and shut it down at the
     end; auto or ray://host:port: join that cluster (it is left running)."""
-    num_cpus: Optional[float] = None
+    num_cpus: float | None = None
     """CPUs of the private local Ray; null = num_collectors x num_cpus_per_collector + 1 (the driver)."""
     num_cpus_per_collector: float = 1.0
     """CPUs each collector actor reserves (fractions let several share a CPU)."""
     num_gpus_per_collector: float = 0.0
     """GPUs each collector actor reserves; a collector with a GPU builds its env on its own cuda:0."""
-    env_device: Optional[str] = None
+    env_device: str | None = None
     """The device of each collector's env, as that actor sees it; null = cuda:0 with a GPU, else cpu."""
 
 
@@ -238,7 +240,7 @@ class Config:
     """Episodes per evaluation, run on a separate env instance."""
     log_every: int = 1_000
     """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     """Where the run writes config.yaml, metrics.csv and checkpoints; null = a new
     runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid> under the current directory."""
     progress: bool = True
@@ -358,27 +360,49 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     text = None
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config {str(path)!r} is a directory; expected a YAML file such as "
+                              "configs/pendulum_sac.yaml")
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         text = path.read_text()
-    return config_from_yaml(text, overrides)
+    return config_from_yaml(text, overrides, source=str(path) if path is not None else "the config")
 
 
-def config_from_yaml(text: str | None, overrides: list[str] | None = None) -> Config:
-    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint)."""
+def config_from_yaml(text: str | None, overrides: list[str] | None = None, source: str = "the config") -> Config:
+    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint); ``source`` names it
+    in errors.
+    """
+    if text is not None:
+        _check_yaml(text, source)
     try:
+        # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
         if text is not None:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(text))
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.create(text)))
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.from_dotlist([item])))
     except OmegaConfBaseException as exc:
         raise ConfigError(_explain(exc)) from None
-    config: Config = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
     _validate(config)
     return config
+
+
+def _check_yaml(text: str, source: str) -> None:
+    """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{source} is not valid YAML: {problem}{where}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{source} holds a YAML {type(data).__name__} at the top level; expected a mapping of "
+                          "config keys (e.g. 'seed: 0' and 'env:' with 'id: Pendulum-v1' under it)")
 
 
 def to_yaml(config: Config) -> str:
@@ -404,7 +428,8 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
     ray = config.runtime.ray
     if ray.env_device is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", ray.env_device):
-        raise ConfigError(f"runtime.ray.env_device={ray.env_device!r} is not allowed; expected null, cpu, cuda or cuda:N")
+        raise ConfigError(f"runtime.ray.env_device={ray.env_device!r} is not allowed; "
+                          "expected null, cpu, cuda or cuda:N")
     if ray.num_cpus is not None and not ray.num_cpus > 0:
         raise ConfigError(f"runtime.ray.num_cpus={ray.num_cpus!r} is out of range; expected null or a value > 0")
     if ray.address is not None and not (ray.address == "auto" or re.match(r"^(ray://)?[\w.\-]+:\d+$", ray.address)):
@@ -447,15 +472,22 @@ def _interval(key: str) -> str:
 
 def _float_values(obj: Any, prefix: str = "") -> Iterator[tuple[str, str, float, bool]]:
     """``(dotted key, element key, value, optional)`` for every float in the config, found by walking the
-    dataclass fields, so a float key added later is covered; a list element's key is ``key[i]``."""
+    dataclass fields, so a float key added later is covered; a list element's key is ``key[i]``.
+    """
     for f in dataclasses.fields(obj):
         key, value = prefix + f.name, getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
             yield from _float_values(value, key + ".")
         elif isinstance(value, float):
-            yield key, key, value, "Optional" in str(f.type)
+            yield key, key, value, _admits_none(f.type)
         elif isinstance(value, (list, tuple)):
             yield from ((key, f"{key}[{i}]", v, False) for i, v in enumerate(value) if isinstance(v, float))
+
+
+def _admits_none(annotation: object) -> bool:
+    """Whether a field's annotation, as written (a string here), allows None: ``X | None`` or ``Optional[X]``."""
+    text = str(annotation)
+    return "None" in text or "Optional" in text
 
 
 def _check_finite(config: Config) -> None:
@@ -600,10 +632,11 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
 
 
 def _field_docstrings(cls: type) -> dict[str, str]:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    class_def = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(class_def, ast.ClassDef), f"{cls.__name__}'s source is not a class definition"
+    body = class_def.body
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)

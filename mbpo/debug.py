@@ -11,7 +11,7 @@ snapshot -> collector) plus host-side bounds checks on replay and elite indices.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
@@ -24,7 +24,8 @@ DEBUG_QUEUE_SIZE = 2
 
 class HandoffError(RuntimeError):
     """Data handed from one component to another is on the wrong device, of the wrong dtype or shape,
-    non-finite, or indexes out of bounds."""
+    non-finite, or indexes out of bounds.
+    """
 
 
 def check_transitions(
@@ -32,13 +33,16 @@ def check_transitions(
 ) -> None:
     """Device, dtype, shape and finiteness of a transition batch (keys from mbpo.buffers)."""
     b = data.shape[0]
-    discrete = isinstance(action_space, gym.spaces.Discrete)
+    if isinstance(action_space, gym.spaces.Discrete):
+        action: tuple[torch.dtype, tuple[int, ...]] = (torch.int64, (b,))
+    else:  # Box unless Discrete
+        action = (torch.float32, (b, *cast(gym.spaces.Box, action_space).shape))
     expected: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
         "obs": (torch.float32, (b, obs_dim)),
         "next_obs": (torch.float32, (b, obs_dim)),
         "reward": (torch.float32, (b,)),
         "terminated": (torch.bool, (b,)),
-        "action": (torch.int64, (b,)) if discrete else (torch.float32, (b, *action_space.shape)),
+        "action": action,
     }
     for key, (dtype, shape) in expected.items():
         if key not in data.keys():
@@ -76,7 +80,8 @@ def check_snapshot(snapshot: Any, where: str, finite: bool = True, path: str = "
 
 def switches(num_collectors_asked: int, backend: str = "thread") -> list[str]:
     """One line per debug switch saying whether it is really in effect here (in this process: a collector
-    process reports its own, in the same words)."""
+    process reports its own, in the same words).
+    """
     cuda_built = torch.version.cuda is not None
     lines = []
     for var in ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA"):

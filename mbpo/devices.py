@@ -16,13 +16,14 @@ import torch
 from torch import nn
 
 import envs
+from mbpo.errors import MbpoError
 
 __all__ = ["DevicePlan", "DeviceMismatchError", "device_of"]
 
 ACTING_DEVICE = torch.device("cpu")
 
 
-class DeviceMismatchError(RuntimeError):
+class DeviceMismatchError(MbpoError, RuntimeError):
     """A component is not on the device the plan put it on."""
 
 

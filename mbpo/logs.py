@@ -10,6 +10,6 @@ def quiet_torchrl() -> None:
 
     It sets its logger's level when first imported, so import it before lowering it.
     """
-    import torchrl  # noqa: F401
+    import torchrl  # noqa: F401 - imported for its side effect (it sets its logger's level)
 
     logging.getLogger("torchrl").setLevel(logging.WARNING)

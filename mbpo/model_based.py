@@ -13,7 +13,8 @@ reported by :meth:`ModelBased.metrics`.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -21,14 +22,23 @@ from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
 from mbpo.buffers import (
-    ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, TRANSITION_KEYS, ModelBuffer, sample_batches,
+    ACTION,
+    NEXT_OBS,
+    NEXT_OBS_VALID,
+    OBS,
+    REWARD,
+    TERMINATED,
+    TRANSITION_KEYS,
+    ModelBuffer,
+    sample_batches,
     sample_real,
 )
-from mbpo.debug import check_indices, check_transitions
 from mbpo.config import ModelConfig
+from mbpo.debug import check_indices, check_transitions
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.termination import known_termination
 from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
+from mbpo.seeding import derive
 
 __all__ = ["ModelBased"]
 
@@ -53,8 +63,8 @@ class ModelBased:
             config, int(observation_space.shape[0]), action_space, device, seed=seed,
             learn_termination=self.termination is None,
         )
-        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)  # training and rollouts
-        self.batch_generator = torch.Generator(device=device).manual_seed(seed + 7927)  # policy batches (learner)
+        self.generator = torch.Generator(device=device).manual_seed(derive(seed, "rollouts"))  # starts, branches
+        self.batch_generator = torch.Generator(device=device).manual_seed(derive(seed, "batches"))  # the learner's
         self.rollout_len = rollout_length(config.rollout_schedule, 0)
         self.model_buffer = ModelBuffer(self._capacity(self.rollout_len), device)
         self.trainings = 0
@@ -97,7 +107,8 @@ class ModelBased:
 
     def rollout(self, data: TensorDict, env_steps: int, policy: Any) -> None:
         """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
-        since the last call, into the model buffer."""
+        since the last call, into the model buffer.
+        """
         c = self.config
         num_starts = int(c.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
         self.last_rollout_env_steps = env_steps
@@ -127,7 +138,8 @@ class ModelBased:
     def _after_learner_reads(self) -> None:
         """On CUDA, from another stream (the async model thread): order model-buffer writes after every
         read the learner has queued on the default stream, and keep the storage a resize frees alive
-        until those reads are done. Called under ``lock``; a no-op on CPU and on the default stream."""
+        until those reads are done. Called under ``lock``; a no-op on CPU and on the default stream.
+        """
         if self.device.type != "cuda":
             return
         learner = torch.cuda.default_stream(self.device)

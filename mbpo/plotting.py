@@ -49,7 +49,8 @@ def _curve(run_dir: Path, x: str) -> list[tuple[float, float]]:
 
 def curves(run_dirs: list[str | Path], x: str = "env_steps") -> dict[str, dict[str, Any]]:
     """Per curve label: ``x``, ``median``, ``low``, ``high`` (over seeds, aligned by evaluation index) and
-    ``seeds``. Runs that differ only in their seed share a label, so they make one curve."""
+    ``seeds``. Runs that differ only in their seed share a label, so they make one curve.
+    """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
     if not run_dirs:
@@ -75,7 +76,8 @@ def curves(run_dirs: list[str | Path], x: str = "env_steps") -> dict[str, dict[s
 def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, x: str = "env_steps",
               title: str | None = None) -> Path:
     """Write the chart of :func:`curves` (default: ``RUN_DIR/learning_curve.png`` for one run,
-    ``learning_curves.png`` here for several); return its path."""
+    ``learning_curves.png`` here for several); return its path.
+    """
     data = curves(run_dirs, x)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))

@@ -11,8 +11,9 @@ transition is dropped, counted, and never reaches the model buffer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from tensordict import TensorDict

@@ -43,7 +43,7 @@ _NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
 
 
 class RunDirBusyError(MbpoError):
-    """Another live process holds the run dir's lock."""
+    """The run dir cannot be used: another live process holds its lock, or it cannot be written."""
 
 
 def config_hash(config: Config | str) -> str:
@@ -129,7 +129,13 @@ class RunLock:
     def acquire(self) -> RunLock:
         if self._acquired:
             return self
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / LOCK_FILE
+            os.close(os.open(probe, os.O_RDWR | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise RunDirBusyError(f"run dir {self.run_dir} cannot be written ({exc.strerror or exc}); choose a "
+                                  "writable run_dir=<dir>") from None
         key = self.run_dir.resolve()
         with RunLock._guard:
             held = RunLock._held.get(key)
@@ -214,7 +220,8 @@ def _alive(pid: Any) -> bool:
 
 def check_belongs(run_dir: str | Path, path: Path, state: dict[str, Any]) -> None:
     """Refuse a checkpoint that is not this run dir's: another run's identity, a config that does not match
-    the identity it records, or env steps that disagree with its file name (a copied or renamed file)."""
+    the identity it records, or env steps that disagree with its file name (a copied or renamed file).
+    """
     from mbpo.checkpoint import ForeignCheckpointError, checkpoint_steps
 
     run_dir = Path(run_dir)

@@ -4,8 +4,8 @@ Run with ``python -m mbpo.smoke [--device auto|cpu|cuda:N] [--env Pendulum-v1]``
 (``./run_async_test.sh`` runs it before the test suite). Stages: env
 interaction, agent action selection, the async data collector (collector
 threads, bounded queue, versioned weights), dynamics models, model rollout,
-and a short async MBPO run that must measurably improve the PointMass-v0 toy task. Each stage hands its results to the next through
-:class:`SmokeContext`.
+and a short async MBPO run that must measurably improve the PointMass-v0 toy
+task. Each stage hands its results to the next through :class:`SmokeContext`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,19 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, cast
 
+import gymnasium as gym
 import torch
 
 import envs
-from mbpo.logs import quiet_torchrl
 from envs import random_actions
+from mbpo.logs import quiet_torchrl
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
 
 NUM_ENVS = 4
 
@@ -78,7 +83,7 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     from mbpo.agents import make_agent
     from mbpo.config import AgentConfig
     from mbpo.runtime.backends.thread import ThreadCollector
-    from mbpo.runtime.collectors import CollectorSetup
+    from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
     from mbpo.runtime.gate import RatioGate
     from mbpo.runtime.queue import TransitionQueue
     from mbpo.runtime.weights import WeightStore
@@ -88,7 +93,8 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     agent_cfg = AgentConfig(name="dqn" if env.is_discrete else "sac")
     learner = make_agent(agent_cfg, env.observation_space, env.action_space, env.device, seed=0)
     baseline = threading.active_count()
-    weights, queue = WeightStore(), TransitionQueue(4)
+    weights = WeightStore()
+    queue: TransitionQueue[CollectorBatch] = TransitionQueue(4)
     weights.publish(learner.snapshot())
     gate = RatioGate(total, n, learning_starts=total // 2, utd_ratio=0.0, train_freq=None, tolerance=0.1,
                      min_lead=32)
@@ -100,7 +106,9 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     start = time.perf_counter()
     for c in collectors:
         c.start()
-    batches, returns, max_depth = [], [], 0
+    batches: list[CollectorBatch] = []
+    returns: list[float] = []
+    max_depth = 0
     while sum(b.env_steps for b in batches) < total:
         max_depth = max(max_depth, len(queue))
         item = queue.get(timeout=0.1)
@@ -117,7 +125,7 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     for c in collectors:
         c.close()
         _expect(c.join(5.0), f"collector {c.collector_id} did not stop")
-    data = torch.cat([b.data for b in batches])
+    data: TensorDict = torch.cat([b.data for b in batches])  # torch.cat on TensorDicts gives a TensorDict
     per = {c.collector_id: sum(b.collector_id == c.collector_id for b in batches) for c in collectors}
     versions = sorted({b.policy_version for b in batches})
     print(f"  {num_collectors} collector threads x {n} envs: {len(batches)} batches, {data.shape[0]} transitions "
@@ -161,8 +169,9 @@ def stage_rollout(ctx: SmokeContext) -> None:
         n = obs.shape[0]
         if env.is_discrete:
             return torch.randint(env.act_dim, (n,), generator=generator, device=env.device)
-        low = torch.as_tensor(env.action_space.low, device=env.device)
-        high = torch.as_tensor(env.action_space.high, device=env.device)
+        box = cast(gym.spaces.Box, env.action_space)  # Box unless Discrete
+        low = torch.as_tensor(box.low, device=env.device)
+        high = torch.as_tensor(box.high, device=env.device)
         return low + (high - low) * torch.rand(n, env.act_dim, generator=generator, device=env.device)
 
     start_obs = data["obs"][torch.randint(len(data), (256,), generator=gen, device=env.device)]
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[Test] Starting simple async test with device: {device}")
     try:
         env = envs.make(args.env, NUM_ENVS, device=device, seed=0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever went wrong is printed with its traceback and fails the run
         print("[Test] Error creating the environment:")
         traceback.print_exc()
         return 1
@@ -239,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[Test {i}] {title}...")
         try:
             stage(ctx)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - printed with its traceback; the first failure stops the run
             print(f"[Test {i}] Error: {exc}")
             traceback.print_exc()
             return 1

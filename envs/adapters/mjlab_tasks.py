@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDict
 
 from envs.adapters.rsl_rl import RslRlVecEnv, from_rsl_rl
+from envs.base import MissingExtraError
 
 __all__ = ["make_mjlab"]
 
@@ -55,15 +56,15 @@ class _FinalObsCapture:
 def _import_mjlab(env_id: str) -> tuple[Any, Any, Any, Any]:
     """mjlab's env class, rsl_rl wrapper and registry functions, or an error naming the extra."""
     try:
-        import mjlab  # noqa: F401
+        import mjlab  # noqa: F401 - only checks that the mjlab extra is installed
         import mjlab.tasks  # noqa: F401 - importing it registers every task
         from mjlab.envs import ManagerBasedRlEnv
         from mjlab.rl import RslRlVecEnvWrapper
         from mjlab.tasks.registry import list_tasks, load_env_cfg
     except ImportError as e:
-        raise ImportError(
-            f"{env_id!r} is an mjlab task and needs mjlab, which is not installed ({e}); "
-            'install the extra with: pip install -e ".[mjlab]"'
+        raise MissingExtraError(
+            f"{env_id!r} is an mjlab task and needs mjlab, which is not installed ({e}); install the extra with "
+            '`pip install -e ".[mjlab]"` (./run_async.sh installs it by itself for a config with an Mjlab- id)'
         ) from e
     return ManagerBasedRlEnv, RslRlVecEnvWrapper, list_tasks, load_env_cfg
 

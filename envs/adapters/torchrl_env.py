@@ -97,6 +97,7 @@ class VecEnvTorchRL(EnvBase):
             self._pending_seed = None
             self._pending.zero_()
         else:
+            assert self._vec_obs is not None  # set together with self._obs
             mask = mask.reshape(self.batch_size[0]).to(self._obs.device)
             running = mask & ~self._pending
             if bool(running.any()):  # their episodes end now; pending envs already started a new one
@@ -193,7 +194,14 @@ class TorchRLVecEnv(VecEnv):
         self.num_envs = int(env.batch_size[0])
         self.device = torch.device("cpu") if env.device is None else torch.device(env.device)
         self._action_spec = env.action_spec
-        self.observation_space = _space(env.observation_spec[obs_key], "observation")
+        obs_spec = env.observation_spec[obs_key]
+        obs_space = _space(obs_spec, "observation")
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise TypeError(
+                f"from_torchrl needs a Bounded/Unbounded observation spec at {obs_key!r} (a VecEnv observes "
+                f"float vectors), got {type(obs_spec).__name__}"
+            )
+        self.observation_space = obs_space
         self.action_space = _space(self._action_spec, "action")
         # Known only when the env is one of ours; probing other envs' attributes can
         # start their workers (SerialEnv/ParallelEnv forward __getattr__).

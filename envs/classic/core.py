@@ -17,8 +17,9 @@ Two ways to reset finished envs, chosen by ``sync_free`` (default: on for CUDA):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TypedDict
 
 import gymnasium as gym
 import torch
@@ -26,7 +27,7 @@ import torch
 from envs.base import StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
 from envs.device import resolve_device
 
-__all__ = ["ClassicTask", "ClassicVecEnv"]
+__all__ = ["ClassicEnvState", "ClassicTask", "ClassicVecEnv"]
 
 Dynamics = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -48,8 +49,18 @@ class ClassicTask:
     """``state -> obs``, gymnasium's observation of a state."""
 
 
+class ClassicEnvState(TypedDict):
+    """:meth:`ClassicVecEnv.state_dict`: physical state (None before the first reset), counters, RNG."""
+
+    state: torch.Tensor | None
+    episode_steps: torch.Tensor
+    generator: torch.Tensor
+
+
 class ClassicVecEnv(VecEnv):
     """``num_envs`` copies of a :class:`ClassicTask` on one device."""
+
+    max_episode_steps: int  # every classic task has a time limit
 
     def __init__(
         self,
@@ -99,7 +110,7 @@ class ClassicVecEnv(VecEnv):
             )
         self._state = value.to(device=self.device, dtype=torch.float32).clone()
 
-    def state_dict(self) -> dict[str, torch.Tensor | None]:
+    def state_dict(self) -> ClassicEnvState:
         """Physical state, counters and RNG: restoring it continues the exact same trajectories."""
         return {
             "state": None if self._state is None else self._state.cpu().clone(),
@@ -107,7 +118,7 @@ class ClassicVecEnv(VecEnv):
             "generator": self._generator.get_state(),
         }
 
-    def load_state_dict(self, state: dict[str, torch.Tensor | None]) -> None:
+    def load_state_dict(self, state: ClassicEnvState) -> None:
         self._state = None if state["state"] is None else state["state"].to(self.device).clone()
         self.episode_steps = state["episode_steps"].to(self.device).clone()
         self._generator.set_state(state["generator"])

@@ -6,7 +6,7 @@ import gymnasium as gym
 import torch
 
 from mbpo.agents.base import Agent
-from mbpo.config import AgentConfig
+from mbpo.config import AgentConfig, ConfigError
 
 __all__ = ["Agent", "make_agent"]
 
@@ -15,13 +15,13 @@ def make_agent(
     config: AgentConfig,
     observation_space: gym.spaces.Box,
     action_space: gym.spaces.Space,
-    device: torch.device,
+    device: torch.device | str,
     seed: int,
 ) -> Agent:
     """Build the learner ``config.name`` for these spaces, or say why it does not fit the env."""
     if config.name == "sac":
         if not isinstance(action_space, gym.spaces.Box):
-            raise ValueError(
+            raise ConfigError(
                 f"agent.name=sac needs a continuous (Box) action space, but the env has {action_space}; "
                 "use agent.name=dqn for discrete actions"
             )
@@ -30,11 +30,11 @@ def make_agent(
         return SAC(config.sac, observation_space, action_space, device, seed=seed)
     if config.name == "dqn":
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise ValueError(
+            raise ConfigError(
                 f"agent.name=dqn needs a discrete action space, but the env has {action_space}; "
                 "use agent.name=sac for continuous actions"
             )
         from mbpo.agents.dqn import DQN
 
         return DQN(config.dqn, observation_space, action_space, device, seed=seed)
-    raise ValueError(f"agent.name={config.name!r} is not known; expected sac or dqn")
+    raise ConfigError(f"agent.name={config.name!r} is not known; expected sac or dqn")

@@ -8,6 +8,7 @@ learner's :meth:`Agent.snapshot` (CPU tensors only, never CUDA, never a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -20,10 +21,14 @@ __all__ = ["Agent"]
 class Agent(Protocol):
     device: torch.device
     """Where the learner's networks, optimizers and update live."""
-    num_updates: int
-    """Gradient updates applied so far (skipped non-finite steps not included); starts at 0."""
-    num_skipped_updates: int
-    """Updates whose loss was non-finite and so never reached an optimizer step."""
+
+    @property
+    def num_updates(self) -> int:
+        """Gradient updates applied so far (skipped non-finite steps not included); starts at 0."""
+
+    @property
+    def num_skipped_updates(self) -> int:
+        """Updates whose loss was non-finite and so never reached an optimizer step."""
 
     @property
     def networks(self) -> dict[str, torch.nn.Module]:
@@ -44,7 +49,7 @@ class Agent(Protocol):
     def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Exploring actions for model rollouts, on ``device`` from the learner's own networks (no grad)."""
 
-    def update(self, batch: TensorDictBase) -> dict[str, float]:
+    def update(self, batch: TensorDictBase) -> Mapping[str, float]:
         """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
 
     def pop_metrics(self) -> dict[str, float]:

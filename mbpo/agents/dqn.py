@@ -21,8 +21,9 @@ from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
 from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
-from mbpo.config import DQNConfig
 from mbpo.checkpoint import cpu_copy
+from mbpo.config import DQNConfig
+from mbpo.seeding import derive
 
 __all__ = ["DQN"]
 
@@ -83,7 +84,7 @@ class DQN:
         self.target_updater = HardUpdate(self.loss, value_network_update_interval=config.target_update_interval - 1)
         self._keys = self._param_keys()
         self.optimizer = self._make_optimizer()
-        self.act_generator = torch.Generator().manual_seed(seed)
+        self.act_generator = torch.Generator().manual_seed(derive(seed, "act"))
 
     # --- bookkeeping -------------------------------------------------------------------------
     def _epsilon_at(self, updates: int) -> float:
@@ -102,7 +103,7 @@ class DQN:
         missing = [name for name, key in keys.items() if key is None]
         if missing:
             raise RuntimeError(f"DQNLoss does not share the Q-network tensors {missing}; cannot map the target net")
-        return keys  # type: ignore[return-value]
+        return {name: key for name, key in keys.items() if key is not None}  # all of them, as just checked
 
     def _target_state(self) -> dict[str, torch.Tensor]:
         target = self.loss.target_value_network_params
@@ -149,7 +150,8 @@ class DQN:
     # --- learning ----------------------------------------------------------------------------
     def _loss_input(self, batch: TensorDictBase) -> TensorDict:
         """Our buffer keys -> DQNLoss's layout. ``done`` mirrors ``terminated``: TD(0) bootstraps
-        on ``terminated`` only, and truncations (which reach the buffer as terminated=False) bootstrap."""
+        on ``terminated`` only, and truncations (which reach the buffer as terminated=False) bootstrap.
+        """
         obs, action = batch[OBS], batch[ACTION]
         if action.is_floating_point():
             raise TypeError(f"DQN needs integer action indices, got {action.dtype}; use agent.name=sac for Box actions")

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -109,7 +110,7 @@ class BatchedMLP(nn.Module):
         super().__init__()
         sizes = [in_dim, *hidden_sizes, out_dim]
         self.members = members
-        self.layers = nn.ModuleList(BatchedLinear(members, i, o) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.layers = nn.ModuleList(BatchedLinear(members, i, o) for i, o in itertools.pairwise(sizes))
         self.activation = activation()
 
     def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:

@@ -39,8 +39,9 @@ from torch import nn
 
 from mbpo.agents.networks import BatchedMLP, TanhGaussianActor, bf16_autocast_supported
 from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
-from mbpo.config import SACConfig
 from mbpo.checkpoint import cpu_copy
+from mbpo.config import SACConfig
+from mbpo.seeding import derive
 
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
@@ -78,7 +79,7 @@ class UpdateMetrics(Mapping[str, float]):
 
     def _host(self) -> dict[str, float]:
         if self._floats is None:
-            self._floats = dict(zip(self._names, self._values.tolist()))
+            self._floats = dict(zip(self._names, self._values.tolist(), strict=True))
         return self._floats
 
     def __getitem__(self, key: str) -> float:
@@ -100,8 +101,8 @@ class SAC:
 
     ``update`` runs on ``device``; ``act`` runs on a CPU replica of the actor so
     collectors never touch the learner's device. Updates draw their
-    reparameterisation noise from a ``torch.Generator`` on ``device`` seeded with
-    ``seed``; ``act`` draws from a separate CPU generator (seed + 1), so acting
+    reparameterisation noise from a ``torch.Generator`` on ``device``; ``act`` draws
+    from a separate CPU generator (both streams derived from ``seed``), so acting
     never perturbs the learner's random stream.
     """
 
@@ -160,13 +161,13 @@ class SAC:
         self.critic = critic.to(self.device).train()
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False).train()
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.target_critic.parameters())
-        self._actor_params = list(self.actor.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
 
-        self.generator = torch.Generator(self.device).manual_seed(seed)
-        self.act_generator = torch.Generator("cpu").manual_seed(seed + 1)
+        self.generator = torch.Generator(self.device).manual_seed(derive(seed, "update"))
+        self.act_generator = torch.Generator("cpu").manual_seed(derive(seed, "act"))
         # [applied, skipped] since construction, and metric sums + [applied, skipped] since pop_metrics().
         self._counts = torch.zeros(2, dtype=torch.int64, device=self.device)
         self._metric_acc = torch.zeros(len(METRIC_NAMES) + 2, device=self.device)
@@ -254,7 +255,8 @@ class SAC:
         with torch.no_grad(), self._autocast():
             eps = torch.randn((obs.shape[0], self.act_dim), generator=generator, device=self.device)
             squashed, _ = self.actor.sample(obs, eps)
-        return torch.clamp(self._bias + self._scale * squashed.float(), self._bias - self._scale, self._bias + self._scale)
+        low, high = self._bias - self._scale, self._bias + self._scale
+        return torch.clamp(self._bias + self._scale * squashed.float(), low, high)
 
     # --- learning -------------------------------------------------------------------------------
     def _noise(self, batch_size: int) -> torch.Tensor:
@@ -266,11 +268,12 @@ class SAC:
         try:
             obs, action, reward, next_obs, terminated = (batch[k] for k in (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED))
         except KeyError as exc:
-            raise KeyError(f"SAC.update() needs batch keys {OBS, ACTION, REWARD, NEXT_OBS, TERMINATED}; {exc}") from None
+            keys = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
+            raise KeyError(f"SAC.update() needs batch keys {keys}; {exc}") from None
         b = obs.shape[0]
         expected = {OBS: (b, self.obs_dim), ACTION: (b, self.act_dim), REWARD: (b,), NEXT_OBS: (b, self.obs_dim),
                     TERMINATED: (b,)}  # fmt: skip
-        for key, tensor in zip(expected, (obs, action, reward, next_obs, terminated)):
+        for key, tensor in zip(expected, (obs, action, reward, next_obs, terminated), strict=True):
             if tuple(tensor.shape) != expected[key]:
                 raise ValueError(f"batch[{key!r}] has shape {tuple(tensor.shape)}, expected {expected[key]}")
             if tensor.device != self.device:
@@ -297,7 +300,8 @@ class SAC:
         log_alpha = self.log_alpha
         alpha = log_alpha.detach().exp()
         with self._autocast():
-            with torch.no_grad():  # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
+            # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
+            with torch.no_grad():
                 next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
                 next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).float().squeeze(-1)
                 next_v = next_q.min(0).values - alpha * next_log_prob
@@ -320,7 +324,8 @@ class SAC:
         found_inf = (~finite).float()
         with self._weights_lock:
             for optim, _ in self._optimizers():
-                optim.found_inf = found_inf  # read by the fused Adam kernel: skip the whole step if 1
+                # read by the fused Adam kernel: skip the whole step if 1
+                optim.found_inf = found_inf  # type: ignore[attr-defined]  # torch's stubs do not declare it
                 optim.step()
             # Polyak with torch._foreach_lerp_: torchrl's SoftUpdate needs a LossModule holding
             # TensorDictParams, which this plain-module design does not have; lerp_ on the
@@ -347,11 +352,12 @@ class SAC:
 
     def pop_metrics(self) -> dict[str, float]:
         """Means of the metrics over the updates applied since the last call, plus ``updates``/``skipped``
-        counts; one host sync. Empty means (no applied update) are NaN."""
+        counts; one host sync. Empty means (no applied update) are NaN.
+        """
         acc = self._metric_acc.tolist()
         self._metric_acc.zero_()
         applied, skipped = acc[-2], acc[-1]
-        means = {name: (v / applied if applied else float("nan")) for name, v in zip(METRIC_NAMES, acc)}
+        means = {name: (v / applied if applied else float("nan")) for name, v in zip(METRIC_NAMES, acc, strict=False)}
         return {**means, "updates": int(applied), "skipped": int(skipped)}
 
     # --- state ----------------------------------------------------------------------------------

@@ -17,19 +17,19 @@ per member (``[M, 1, D]``) rather than shared, so members train fully independen
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mbpo.agents.networks import BatchedMLP, bf16_autocast_supported
+from mbpo.agents.networks import BatchedLinear, BatchedMLP, bf16_autocast_supported
+from mbpo.checkpoint import cpu_copy
 from mbpo.config import ModelConfig
 from mbpo.models.normalizer import Normalizer
 from mbpo.models.training import fit_ensemble, select_elites
-from mbpo.checkpoint import cpu_copy
 
 __all__ = ["DynamicsEnsemble", "Prediction"]
 
@@ -83,7 +83,8 @@ class DynamicsEnsemble(nn.Module):
             raise ValueError(f"model.weight_decay has {len(config.weight_decay)} values; expected "
                              f"{len(config.hidden_sizes) + 1} (one per hidden layer plus the output layer)")
         if not 1 <= config.num_elites <= config.ensemble_size:
-            raise ValueError(f"model.num_elites={config.num_elites} must be in [1, ensemble_size={config.ensemble_size}]")
+            raise ValueError(f"model.num_elites={config.num_elites} must be in "
+                             f"[1, ensemble_size={config.ensemble_size}]")
         if config.activation not in _ACTIVATIONS:
             raise ValueError(f"model.activation={config.activation!r} is not allowed; expected swish or relu")
         if precision not in ("fp32", "bf16"):
@@ -151,7 +152,8 @@ class DynamicsEnsemble(nn.Module):
         self._check(next_obs=next_obs, reward=reward)
         if next_obs.shape != obs.shape or reward.shape != obs.shape[:-1]:
             raise ValueError(f"next_obs {tuple(next_obs.shape)} / reward {tuple(reward.shape)} do not match obs "
-                             f"{tuple(obs.shape)}; expected next_obs {tuple(obs.shape)} and reward {tuple(obs.shape[:-1])}")
+                             f"{tuple(obs.shape)}; expected next_obs {tuple(obs.shape)} and reward "
+                             f"{tuple(obs.shape[:-1])}")
         return torch.cat((next_obs.float() - obs.float(), reward.float().unsqueeze(-1)), -1)
 
     # --- network --------------------------------------------------------------------------------
@@ -161,7 +163,8 @@ class DynamicsEnsemble(nn.Module):
         Indexing the ``[M, in, out]`` weights runs K chosen members in one forward,
         whatever their indices: no loop over members.
         """
-        params = [p for layer in self.net.layers for p in (layer.weight, layer.bias)]
+        layers = cast("Iterable[BatchedLinear]", self.net.layers)  # BatchedMLP's ModuleList holds BatchedLinears
+        params: list[torch.Tensor] = [p for layer in layers for p in (layer.weight, layer.bias)]
         params += [self.max_logvar, self.min_logvar]
         return params if members is None else [p.index_select(0, members) for p in params]
 
@@ -185,7 +188,8 @@ class DynamicsEnsemble(nn.Module):
 
     def _inference_params(self, members: torch.Tensor | None = None) -> tuple[list[torch.Tensor], int]:
         """:meth:`_params` for a no-grad pass over many rows (bf16 weights cast once, not once per
-        block) and the rows per member per block (see ``_CPU_ROW_BLOCK``; 0 = one pass)."""
+        block) and the rows per member per block (see ``_CPU_ROW_BLOCK``; 0 = one pass).
+        """
         params = self._params(members)
         if self.precision == "bf16":
             params = [p.to(torch.bfloat16) for p in params[:-2]] + params[-2:]
@@ -204,7 +208,7 @@ class DynamicsEnsemble(nn.Module):
         if not block or x.shape[-2] <= block:
             return self._raw(x, params)
         parts = [self._raw(x[..., s : s + block, :], params) for s in range(0, x.shape[-2], block)]
-        mean, logvar, logit = zip(*parts)
+        mean, logvar, logit = zip(*parts, strict=True)
         return torch.cat(mean, -2), torch.cat(logvar, -2), (None if logit[0] is None else torch.cat(logit, -1))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -223,10 +227,12 @@ class DynamicsEnsemble(nn.Module):
         return _WeightDecay.apply(tuple(self.config.weight_decay), *(layer.weight for layer in self.net.layers))
 
     def _loss(
-        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, weight: torch.Tensor | None = None,
+        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
+        weight: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members. ``weight``
-        (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest."""
+        (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest.
+        """
         mean, logvar, logit = self._raw(x, self._params())
         nll = _mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
         bounds = self.config.logvar_bound_penalty * (self.max_logvar.sum() - self.min_logvar.sum())
@@ -251,7 +257,8 @@ class DynamicsEnsemble(nn.Module):
         return self._loss(x, target, terminated)
 
     def train_step(
-        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None, weight: torch.Tensor | None = None,
+        self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
+        weight: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """One Adam step on normalised per-member batches ``[M, b, ...]``; returns the detached loss (no sync)."""
         loss = self._loss(x, target, terminated, weight)
@@ -263,13 +270,18 @@ class DynamicsEnsemble(nn.Module):
     @torch.no_grad()
     def prediction_mse(self, x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion);
-        ``weight`` ``(N, D)`` as in :meth:`_loss`."""
+        ``weight`` ``(N, D)`` as in :meth:`_loss`.
+        """
         return _mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
 
-    def evaluate(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def evaluate(
+        self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor
+    ) -> torch.Tensor:
         """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser;
-        every ``next_obs`` must be the true one (``fit``'s ``next_obs_valid`` rows are its business)."""
-        return self.prediction_mse(self.normalizer.normalize(self._inputs(obs, action)), self._targets(obs, reward, next_obs))
+        every ``next_obs`` must be the true one (``fit``'s ``next_obs_valid`` rows are its business).
+        """
+        x = self.normalizer.normalize(self._inputs(obs, action))
+        return self.prediction_mse(x, self._targets(obs, reward, next_obs))
 
     def set_elites(self, holdout_mse: torch.Tensor | Sequence[float]) -> list[int]:
         """Make the ``num_elites`` members with the lowest ``holdout_mse`` the rollout members."""
@@ -290,7 +302,8 @@ class DynamicsEnsemble(nn.Module):
         ``next_obs_valid`` (bool ``(N,)``, default all True): False where the env did not give the
         true next observation (an auto-reset that lost it; ``next_obs`` is then a placeholder). Such
         rows still train reward and termination, which are known, but not the next-state head.
-        Host syncs: one per epoch plus a few per call."""
+        Host syncs: one per epoch plus a few per call.
+        """
         x, target, term, weight = self._fit_data(obs, action, reward, next_obs, terminated, next_obs_valid)
         metrics = fit_ensemble(self, x, target, term, weight, should_stop)
         self.version += 1
@@ -302,7 +315,8 @@ class DynamicsEnsemble(nn.Module):
         terminated: torch.Tensor | None, next_obs_valid: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
         """Checked real data -> normalised inputs (normaliser refitted on them), targets, float terminated,
-        and the target weights (None when every next obs is known)."""
+        and the target weights (None when every next obs is known).
+        """
         n = obs.shape[0]
         if obs.dim() != 2 or n < 2:
             raise ValueError(f"fit() wants (N >= 2, {self.obs_dim}) obs, got shape {tuple(obs.shape)}")
@@ -365,17 +379,20 @@ class DynamicsEnsemble(nn.Module):
             mean, logvar, block_logit = self._raw(xp[:, at], params)
             torch.add(mean, (0.5 * logvar).exp() * eps[:, at], out=draw[:, at])  # not addcmul: same rounding as ever
             if logit is not None:
+                assert block_logit is not None  # learn_termination: every block has its logit
                 logit[:, at] = block_logit
         # Back to input order: row i was dealt to permuted position k = inv[i], i.e. elite k % E, slot k // E.
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(b, device=self.device)
-        at = inv % e * rows + inv // e
-        draw = draw.view(-1, d).index_select(0, at)
-        out_logit = None if logit is None else logit.view(-1).index_select(0, at)
+        order = inv % e * rows + inv // e
+        draw = draw.view(-1, d).index_select(0, order)
+        out_logit = None if logit is None else logit.view(-1).index_select(0, order)
         return obs + draw[:, :-1].to(obs.dtype), draw[:, -1], out_logit
 
     # --- state ----------------------------------------------------------------------------------
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def state_dict(  # type: ignore[override]  # no arguments: the resume state, not nn.Module's tensor dict
+        self, *args: Any, **kwargs: Any
+    ) -> dict[str, Any]:
         """Exact-resume state on CPU: weights + normaliser, Adam state, elites, version, generator.
 
         Called with arguments (a parent module collecting its children), it is the
@@ -410,16 +427,18 @@ class _WeightDecay(torch.autograd.Function):
     def forward(ctx: Any, decays: tuple[float, ...], *weights: torch.Tensor) -> torch.Tensor:
         ctx.decays = decays
         ctx.save_for_backward(*weights)
-        return torch.stack([0.5 * wd * torch.dot(w.reshape(-1), w.reshape(-1)) for wd, w in zip(decays, weights)]).sum()
+        halves = [0.5 * wd * torch.dot(w.reshape(-1), w.reshape(-1)) for wd, w in zip(decays, weights, strict=True)]
+        return torch.stack(halves).sum()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return (None, *(w * (grad * wd) for wd, w in zip(ctx.decays, ctx.saved_tensors)))
+        return (None, *(w * (grad * wd) for wd, w in zip(ctx.decays, ctx.saved_tensors, strict=True)))
 
 
 def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
-    0 or 1), the mean over the weighted entries only. Never 0/0: the reward column is always known."""
+    0 or 1), the mean over the weighted entries only. Never 0/0: the reward column is always known.
+    """
     if weight is None:
         return err.mean((1, 2))
     weight = weight.expand_as(err)

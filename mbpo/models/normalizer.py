@@ -22,6 +22,10 @@ class Normalizer(nn.Module):
     column never seen) gets std 1.0 instead of a huge scale, as in MBPO/mbrl-lib.
     """
 
+    mean: torch.Tensor
+    std: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, dim: int, device: torch.device | str = "cpu", min_std: float = 1e-12) -> None:
         super().__init__()
         if dim < 1:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -30,7 +30,8 @@ TerminationFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tenso
 
 def _never(obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
     """Tasks whose ``step`` always returns ``terminated=False`` (Pendulum; MuJoCo HalfCheetah, Swimmer,
-    Reacher, Pusher): only the time limit ends their episodes, so a model rollout never terminates."""
+    Reacher, Pusher): only the time limit ends their episodes, so a model rollout never terminates.
+    """
     return torch.zeros(next_obs.shape[:-1], dtype=torch.bool, device=next_obs.device)
 
 

@@ -12,8 +12,8 @@ the epochs around them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,7 +41,8 @@ def fit_ensemble(
     """Train on normalised ``x`` ``(N, in)`` / ``target`` ``(N, D)`` until early stopping, ``max_epochs``,
     ``max_grad_steps`` or ``should_stop()`` (checked every step); keep each member's best epoch and set
     the elites. ``weight`` ``(N, D)`` (0 or 1, None = all 1) leaves unknown target values out.
-    A stopped fit still evaluates its last, partial epoch. Host syncs: one per epoch plus a few per call."""
+    A stopped fit still evaluates its last, partial epoch. Host syncs: one per epoch plus a few per call.
+    """
     c, m, device, gen = ensemble.config, ensemble.ensemble_size, ensemble.device, ensemble.generator
     n = x.shape[0]
     n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
@@ -69,7 +70,7 @@ def fit_ensemble(
         *mse, train_loss = torch.cat((ensemble.prediction_mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
         since_improved = 0 if _keep_improved(ensemble, mse, best, best_params) else since_improved + 1
     with torch.no_grad():
-        for p, b in zip(ensemble.parameters(), best_params):
+        for p, b in zip(ensemble.parameters(), best_params, strict=True):
             p.copy_(b)
     ensemble.eval()
     elites = ensemble.set_elites(best)
@@ -88,7 +89,8 @@ def train_epoch(
     """One pass: member ``m`` sees its bootstrap rows ``boot[m]`` in its own random order, ``batch_size``
     per step (``[M, b, ...]`` batches), for at most ``max_steps`` steps and until ``should_stop()`` (checked
     before each step: on a big buffer one epoch takes minutes, longer than a shutdown may wait); ``weight``
-    as in :func:`fit_ensemble`. Returns the mean step loss, on device (no sync), and the steps taken."""
+    as in :func:`fit_ensemble`. Returns the mean step loss, on device (no sync), and the steps taken.
+    """
     m, n = boot.shape
     bs, device = ensemble.config.batch_size, ensemble.device
     order = boot.gather(1, torch.rand(m, n, generator=ensemble.generator, device=device).argsort(1))
@@ -112,7 +114,7 @@ def _keep_improved(
     improved = [i for i in range(ensemble.ensemble_size) if _improved(mse[i], best[i])]
     if improved:
         rows = torch.tensor(improved, device=ensemble.device)
-        for p, b in zip(ensemble.parameters(), best_params):
+        for p, b in zip(ensemble.parameters(), best_params, strict=True):
             b.index_copy_(0, rows, p.index_select(0, rows))
         for i in improved:
             best[i] = mse[i]

@@ -1,2 +1,3 @@
 """The async runtime: collectors, the bounded transition queue, versioned weights, ratio gating,
-the model thread and supervision. :class:`mbpo.trainers.AsyncTrainer` wires them together."""
+the model thread and supervision. :class:`mbpo.trainers.AsyncTrainer` wires them together.
+"""

@@ -21,8 +21,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import gymnasium as gym
 import torch
@@ -34,6 +35,7 @@ from mbpo.config import AgentConfig
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
+from mbpo.seeding import derive
 
 __all__ = ["Collector", "CollectorBatch", "CollectorSetup", "CollectorLoop", "CollectorStopped", "EnvStepper",
            "NonFiniteEnvError", "POLICY_VERSION", "COLLECTOR_ID"]
@@ -109,7 +111,8 @@ class Collector(Protocol):
     @property
     def last_beat(self) -> float:
         """time.monotonic() of the last sign of progress (an env step returned, a batch pushed, or waiting
-        on the queue or the gate)."""
+        on the queue or the gate).
+        """
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -127,7 +130,7 @@ class EnvStepper:
     def __init__(self, collector_id: int, setup: CollectorSetup, env: envs.VecEnv, policy: Any, seed: int,
                  beat: Callable[[], None]) -> None:
         self.collector_id, self.setup, self.env, self.policy, self.beat = collector_id, setup, env, policy, beat
-        self.random_gen = torch.Generator().manual_seed(seed + 1)
+        self.random_gen = torch.Generator().manual_seed(derive(seed, "random_actions"))
         self.obs = env.reset(seed=seed)
         self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
@@ -141,7 +144,8 @@ class EnvStepper:
 
     def collect(self, first: int, vector_steps: int) -> CollectorBatch:
         """``vector_steps`` vector steps from transition index ``first`` on (random actions before
-        ``learning_starts``), acting with the policy's current weights."""
+        ``learning_starts``), acting with the policy's current weights.
+        """
         env, n, policy_version = self.env, self.env.num_envs, self.policy_version
         parts: list[TensorDict] = []
         returns: list[float] = []
@@ -180,7 +184,7 @@ class EnvStepper:
                 obs = env.reset(env_ids=poisoned)
                 episode_return[poisoned.cpu()] = 0.0
         self.obs = obs
-        data = torch.cat(parts)
+        data: TensorDict = torch.cat(parts)  # torch.cat on TensorDicts gives a TensorDict
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
         return CollectorBatch(data, self.collector_id, policy_version, returns, vector_steps * n, dropped,
@@ -269,7 +273,8 @@ class CollectorLoop:
 
     def abandon(self) -> int:
         """Give up on this collector (hung): it will push nothing more. Returns its in-flight reservation,
-        which the caller hands back to the gate."""
+        which the caller hands back to the gate.
+        """
         with self._lock:
             self.abandoned = True
             self._stop.set()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["RatioGate"]
 
@@ -58,7 +58,8 @@ class RatioGate:
     # -- what has been earned ------------------------------------------------------
     def learning_transitions(self, ingested: int | None = None) -> int:
         """Transitions that earn updates: from the vector step that reaches ``learning_starts`` on
-        (the SyncTrainer's rule, so both trainers issue the same number of updates)."""
+        (the SyncTrainer's rule, so both trainers issue the same number of updates).
+        """
         ingested = self.ingested if ingested is None else ingested
         if ingested < self.learning_starts:
             return 0
@@ -82,13 +83,15 @@ class RatioGate:
 
     def lead(self) -> int:
         """How many collected transitions the learner or the model may lag behind: ``tolerance`` of the
-        transitions that earn updates, and at least ``min_lead`` (one batch) so the run can always move."""
+        transitions that earn updates, and at least ``min_lead`` (one batch) so the run can always move.
+        """
         return max(int(self.tolerance * self.learning_transitions(self.reserved - self.discarded)), self.min_lead)
 
     def _blocked(self, request: int) -> str | None:
         """Why a collector must wait before taking ``request`` more transitions, or None. Measured against
         what collectors have taken (queued and in-flight batches included, the request too), so neither a
-        full queue nor several collectors can hide a backlog from the gate."""
+        full queue nor several collectors can hide a backlog from the gate.
+        """
         behind = max(self.reserved + request - self.discarded - self.lead(), 0)
         if self.updates < self.updates_earned(behind):
             return "learner"
@@ -104,7 +107,8 @@ class RatioGate:
         """Wait until the ratios allow more data, then reserve up to ``vector_steps`` vector steps of the
         budget; returns ``(first transition index, transitions reserved)``, 0 reserved once the budget
         is spent or ``stop`` is set. With ``wait=False`` it returns None instead of waiting (a collector
-        asking for a batch ahead, with one still outstanding)."""
+        asking for a batch ahead, with one still outstanding).
+        """
         with self._cond:
             while self._blocked(vector_steps * self.num_envs) is not None and not stop.is_set():
                 if not wait:

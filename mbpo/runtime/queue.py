@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 __all__ = ["TransitionQueue", "QUEUE_FULL_POLICIES"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import cast
 
 import gymnasium as gym
 import torch
@@ -36,8 +37,10 @@ class SharedRing:
 
     def __init__(self, num_slots: int, rows: int, obs_dim: int, action_space: gym.spaces.Space,
                  extra_int64: tuple[str, ...] = ()) -> None:
-        discrete = isinstance(action_space, gym.spaces.Discrete)
-        action = ((), torch.int64) if discrete else (tuple(action_space.shape), torch.float32)
+        if isinstance(action_space, gym.spaces.Discrete):
+            action: tuple[tuple[int, ...], torch.dtype] = ((), torch.int64)
+        else:  # Box unless Discrete
+            action = (tuple(cast(gym.spaces.Box, action_space).shape), torch.float32)
         layout: dict[str, tuple[tuple[int, ...], torch.dtype]] = {
             OBS: ((obs_dim,), torch.float32), ACTION: action, REWARD: ((), torch.float32),
             NEXT_OBS: ((obs_dim,), torch.float32), TERMINATED: ((), torch.bool), NEXT_OBS_VALID: ((), torch.bool),

@@ -1,11 +1,12 @@
 """CUDA stream lanes: each GPU role (learner, model thread) works on its own stream, and every
 hand-off between roles is ordered by an event, because a Python lock orders host code, not GPU work.
-On CPU a lane is a no-op, so the same code runs everywhere."""
+On CPU a lane is a no-op, so the same code runs everywhere.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -30,7 +31,8 @@ class Lane:
 
     def wait_default(self) -> None:
         """Queue nothing on this lane until the work already queued on the device's default stream (the
-        learner's and collectors') has completed."""
+        learner's and collectors') has completed.
+        """
         if self.stream is not None:
             self.stream.wait_stream(torch.cuda.default_stream(self.device))
 

@@ -18,8 +18,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from mbpo.runtime.collectors import Collector, NonFiniteEnvError
 from mbpo.runtime.gate import RatioGate
@@ -87,7 +88,8 @@ class CollectorPool:
                 self.gate.release(c.abandon())
                 c.close()
                 self.retired.append(c)
-                quiet = f"no sign of progress for {now - c.last_beat:.1f} s (runtime.collector_timeout_s={self.timeout_s})"
+                quiet = (f"no sign of progress for {now - c.last_beat:.1f} s "
+                         f"(runtime.collector_timeout_s={self.timeout_s})")
                 if c.killable:
                     self._replace(cid, c, f"collector {cid} is hung: {quiet}; terminated it", None)
                 else:

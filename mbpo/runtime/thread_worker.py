@@ -11,7 +11,8 @@ __all__ = ["ThreadWorker"]
 
 class ThreadWorker:
     """A daemon thread running :meth:`_work`; an exception is kept (with its traceback) in
-    :attr:`error` for the supervisor in the main thread, instead of dying silently."""
+    :attr:`error` for the supervisor in the main thread, instead of dying silently.
+    """
 
     def __init__(self, name: str, torch_threads: int) -> None:
         self.error: BaseException | None = None

@@ -1,5 +1,6 @@
 """Training loops: AsyncTrainer (collectors, model thread and learner overlap) and SyncTrainer
-(the deterministic reference)."""
+(the deterministic reference).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from mbpo.trainers.async_trainer import AsyncTrainer
 from mbpo.trainers.base import RunAlreadyDone, Trainer, load_for_resume
 from mbpo.trainers.sync_trainer import SyncTrainer
 
-__all__ = ["AsyncTrainer", "SyncTrainer", "Trainer", "RunAlreadyDone", "trainer_class", "make_trainer", "resume_trainer"]
+__all__ = [
+    "AsyncTrainer", "SyncTrainer", "Trainer", "RunAlreadyDone", "trainer_class", "make_trainer", "resume_trainer",
+]
 
 
 def trainer_class(config: Config) -> type[Trainer]:

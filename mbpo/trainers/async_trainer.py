@@ -24,8 +24,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +37,6 @@ from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS
 from mbpo.config import Config
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
-from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
 from mbpo.runtime.backends import Backend
 from mbpo.runtime.backends.thread import ThreadBackend
@@ -46,7 +46,7 @@ from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
 from mbpo.runtime.weights import WeightStore
-from mbpo.trainers.base import Trainer, crossed
+from mbpo.trainers.base import Trainer
 
 __all__ = ["AsyncTrainer", "EnvFactory"]
 
@@ -63,11 +63,6 @@ class AsyncTrainer(Trainer):
         self.num_collectors = 1 if config.debug else config.runtime.num_collectors
         self._env_factory = env_factory
         super().__init__(config, run_dir)
-        try:
-            self._build_runtime(config)
-        except BaseException:
-            self.close_envs()
-            raise
 
     def _build_runtime(self, config: Config) -> None:
         rt = config.runtime
@@ -96,7 +91,7 @@ class AsyncTrainer(Trainer):
         self.model_worker: ModelWorker | None = None
         if self.model is not None:
             rollout_agent = make_agent(config.agent, self.env.observation_space, self.env.action_space,
-                                       self.plan.device, self.seeds["agent"] + 1)
+                                       self.plan.device, self.seed("rollout_agent"))
             self.model_worker = ModelWorker(self.model, self.buffer, self.real_lock, self.gate, self.weights,
                                             rollout_agent, self.stop_event, rt.model_threads)
         self.exit_code = 0
@@ -126,10 +121,16 @@ class AsyncTrainer(Trainer):
         return env
 
     def _env_seed(self, collector_id: int, incarnation: int) -> int:
-        return self.seeds["env"] + 7919 * collector_id + 104_729 * incarnation
+        return self.seed("collector_env", collector_id, incarnation)
 
     def _action_seed(self, collector_id: int, incarnation: int) -> int:
-        return self.seeds["actions"] + 7919 * collector_id + 104_729 * incarnation
+        return self.seed("collector_actions", collector_id, incarnation)
+
+    def close_envs(self) -> None:
+        """Also the collectors' envs (and processes), when a start-up fails after the pool was built."""
+        super().close_envs()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
 
     def _make_backend(self, name: str) -> Backend:
         """The one place a backend is chosen; everything after talks to the Collector protocol."""
@@ -198,10 +199,11 @@ class AsyncTrainer(Trainer):
                         self._final_checkpoint(announce=signals.signum is not None or failing)
                 # The final policy (after the last updates) is evaluated when the cadence reaches the end,
                 # as the SyncTrainer does: an eval the cadence does not ask for is not free.
-                evaluated = signals.signum is None and crossed(self._periodic_steps, self.env_steps, cfg.eval_every)
+                evaluated = signals.signum is None and self.due(self._periodic_steps, self.env_steps).evaluate
                 if evaluated:
                     self._evaluate()
                 row = self._log(logger, evaluated=evaluated)
+                self._progress()  # the bar ends at the env steps really taken
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum
         finally:
@@ -240,9 +242,9 @@ class AsyncTrainer(Trainer):
             elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0:
                 break
             elif self.env_steps == before:
-                item = self.queue.get(POLL_S)
-                if item is not None:
-                    self._ingest(item)
+                waited = self.queue.get(POLL_S)
+                if waited is not None:
+                    self._ingest(waited)
             self._periodic(before)
             if self._checkpoint_due:
                 self._checkpoint_between_cycles()
@@ -308,19 +310,23 @@ class AsyncTrainer(Trainer):
 
     def _periodic(self, before: int) -> None:
         """Evaluate, log and checkpoint when ingested env steps cross their intervals (the final ones
-        happen after the last updates, in run())."""
+        happen after the last updates, in run()).
+        """
         cfg, logger = self.config, self._logger
         if self.env_steps >= cfg.total_env_steps:
             return
         self._periodic_steps = self.env_steps
-        evaluated = crossed(before, self.env_steps, cfg.eval_every)
-        if evaluated:
-            self._evaluate()
-        if evaluated or crossed(before, self.env_steps, cfg.log_every):
-            self._log(logger, evaluated)
-        if crossed(before, self.env_steps, cfg.checkpoint.every):
+        due = self.due(before, self.env_steps)
+        if due.evaluate:
+            self._evaluate(None if self._stopped else self._supervise)  # long evaluations surface worker errors
+        if due.log:
+            self._log(logger, due.evaluate)
+        if due.checkpoint:
             self._checkpoint_due = True
-        logger.progress(self.env_steps, {
+        self._progress()
+
+    def _progress(self) -> None:
+        self._logger.progress(self.env_steps, {
             "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
             "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
             "lag": self.lag_versions[-1] if self.lag_versions else 0,
@@ -329,17 +335,12 @@ class AsyncTrainer(Trainer):
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
 
-    def _evaluate(self) -> None:
-        poll = None if self._stopped else self._supervise  # long evaluations still surface worker errors
-        self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed(), poll)))
-
     def _rate(self, count: int) -> float:
         return count / max(time.perf_counter() - self._t0, 1e-9)
 
     def _log(self, logger: MetricsLogger, evaluated: bool) -> dict[str, Any]:
         now = time.perf_counter()
-        rates = {"env_steps_per_s": self._rate(self.env_steps - self._steps0),
-                 "updates_per_s": self._rate(self.agent.num_updates - self._updates0)}
+        rates = self.rates(now - self._t0, self.env_steps - self._steps0, self.agent.num_updates - self._updates0)
         self.wall_s = self._wall_start + now - self._t0
         row = self._row(self.wall_s, rates, evaluated)
         window = max(now - self._t_row, 1e-9)
@@ -397,7 +398,8 @@ class AsyncTrainer(Trainer):
 
     def state_dict(self) -> dict[str, Any]:
         """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most
-        ``runtime.shutdown_timeout_s``; a model thread stuck longer raises instead of hanging the run."""
+        ``runtime.shutdown_timeout_s``; a model thread stuck longer raises instead of hanging the run.
+        """
         state = self._state_between_cycles(self.config.runtime.shutdown_timeout_s)
         if state is None:
             raise TimeoutError(f"the model thread held the ensemble for more than runtime.shutdown_timeout_s="
@@ -406,7 +408,8 @@ class AsyncTrainer(Trainer):
 
     def _state_between_cycles(self, timeout: float) -> dict[str, Any] | None:
         """The state, taken while the model thread is between cycles; None if a cycle still runs after
-        ``timeout`` seconds (0: do not wait)."""
+        ``timeout`` seconds (0: do not wait).
+        """
         worker = self.model_worker
         if worker is None:
             return super().state_dict()
@@ -421,7 +424,8 @@ class AsyncTrainer(Trainer):
         """Write the due periodic checkpoint if the model thread is between cycles; if it is mid-cycle
         (a fit can take minutes), try again on the next pass of the loop: the learner keeps training
         meanwhile instead of waiting for the fit. Until the file is written the model thread starts no
-        new cycle, which would change the model buffer (saved by reference on CPU) under torch.save."""
+        new cycle, which would change the model buffer (saved by reference on CPU) under torch.save.
+        """
         worker = self.model_worker
         if worker is not None:
             worker.hold.set()

@@ -8,10 +8,12 @@ share one format and their metrics rows one set of columns.
 from __future__ import annotations
 
 import random
+import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,26 +25,19 @@ from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
 from mbpo.devices import DevicePlan
 from mbpo.errors import MbpoError
+from mbpo.evaluation import evaluate
 from mbpo.model_based import ModelBased
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
+from mbpo.seeding import derive
 
-__all__ = ["Trainer", "seed_everything", "stream_seeds", "crossed", "load_for_resume", "RunAlreadyDone",
-           "ResumePoint", "RESUMABLE_OVERRIDES"]
+if TYPE_CHECKING:
+    from mbpo.metrics import MetricsLogger
+
+__all__ = ["Trainer", "Due", "seed_everything", "crossed", "load_for_resume", "RunAlreadyDone", "ResumePoint",
+           "RESUMABLE_OVERRIDES"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
-EVAL_SEED_OFFSET = 1_000_003
-STREAMS = ("env", "eval_env", "actions", "replay", "agent", "model")
 DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
-
-
-def stream_seeds(seed: int) -> dict[str, int]:
-    """One independent seed per RNG stream, derived from ``seed``.
-
-    Seeding every generator with the same ``seed`` makes streams that draw the
-    same distribution draw the same numbers (the env's initial states and the
-    warm-up random actions did); ``SeedSequence`` spreads them apart.
-    """
-    return dict(zip(STREAMS, np.random.SeedSequence(seed).generate_state(len(STREAMS)).tolist()))
 
 
 def seed_everything(seed: int) -> None:
@@ -61,39 +56,68 @@ def crossed(before: int, after: int, every: int) -> bool:
     return after // every > before // every
 
 
+@dataclass(frozen=True)
+class Due:
+    """What the cadence asks for after env steps went from ``before`` to ``after`` (:meth:`Trainer.due`)."""
+
+    evaluate: bool
+    log: bool
+    checkpoint: bool
+
+
 class Trainer:
     """The learner side of a run; subclasses bring the training env(s) and the loop."""
 
     def __init__(self, config: Config, run_dir: str | Path) -> None:
-        """Seeds, plans devices, builds the training env (:meth:`_make_env`) and then the learner on its spaces."""
+        """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
+        subclass needs (:meth:`_build_runtime`); a failed start-up closes every env it built.
+        """
         self.config = config
         self.run_dir = Path(run_dir)
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
         seed_everything(config.seed)
-        follow_env = config.device == "auto" and config.env.device not in (None, "auto")
-        self.plan = DevicePlan.resolve(config.env.device if follow_env else config.device)
+        requested = config.device
+        if config.device == "auto" and config.env.device is not None and config.env.device != "auto":
+            requested = config.env.device  # device=auto follows an explicit env.device
+        self.plan = DevicePlan.resolve(requested)
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
-        self.seeds = stream_seeds(config.seed)
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
         self._lock = RunLock(self.run_dir)
+        if config.total_env_steps <= config.agent.learning_starts:
+            print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
+                  f"{config.agent.learning_starts}: this run takes random actions only and trains nothing; raise "
+                  "total_env_steps or lower agent.learning_starts", file=sys.stderr)
         self.env = self._make_env()
         try:
             self._build_learner(config, device)
+            self._build_runtime(config)
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
 
+    def seed(self, *stream: str | int) -> int:
+        """The seed of one random stream of this run (mbpo.seeding: derived from ``seed``, never an offset)."""
+        return derive(self.config.seed, *stream)
+
+    def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
+        """Train until ``total_env_steps``; write the final checkpoint; return the last metrics row."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    def _build_runtime(self, config: Config) -> None:
+        """What a subclass builds after the learner (collectors, the model thread); the envs close if it fails."""
+
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
+        self._check_memory(config, device)
         self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
-                                  seed=self.seeds["eval_env"], source=config.env.source)
+                                  seed=self.seed("eval_env"), source=config.env.source)
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
-                                self.seeds["agent"])
+                                self.seed("agent"))
         self.buffer = make_replay_buffer(
-            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(self.seeds["replay"])
+            config.agent.buffer_size, device, torch.Generator(device=device).manual_seed(self.seed("replay"))
         )
         self.model: ModelBased | None = None
         self.components: dict[str, Any] = {
@@ -101,7 +125,7 @@ class Trainer:
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
-                                    device, self.seeds["model"])
+                                    device, self.seed("model"))
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()
@@ -112,7 +136,48 @@ class Trainer:
         self.updates_issued = 0  # update() calls so far: floor(learning_env_steps * utd_ratio), no float drift
         self.wall_s = 0.0
         self.last_eval_return: float | None = None
+        self.last_eval_env_steps: int | None = None
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+
+    def _check_memory(self, config: Config, device: torch.device) -> None:
+        """Print what the replay and model buffers will hold on ``device``; refuse, before anything is allocated,
+        a run whose buffers cannot fit (the replay buffer takes its whole capacity at the first transition).
+        """
+        row = transition_bytes(self.env.obs_dim, self.env.action_space)
+        replay = row * config.agent.buffer_size
+        m = config.model
+        model_rows = int(m.rollouts_per_real * m.epoch_length * max(m.rollout_schedule[2:]) * m.retain_epochs)
+        model = (row + 8) * model_rows if m.enabled else 0  # + the model_version column
+        available = envs.available_memory(device)
+        parts = [f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}"]
+        if m.enabled:
+            parts.append(f"model buffer up to {model_rows:,} x {row + 8} B = {_size(model)}")
+        room = "" if available is None else f" ({_size(available)} available)"
+        print(f"[mbpo] memory on {device}: {'; '.join(parts)}{room}", file=sys.stderr)
+        if available is not None and replay + model > available:
+            raise MbpoError(f"the buffers need {_size(replay + model)} on {device} but only {_size(available)} is "
+                            f"available ({'; '.join(parts)}); lower agent.buffer_size"
+                            f"{' or model.rollouts_per_real / model.retain_epochs' if m.enabled else ''}")
+
+    def due(self, before: int, after: int, done: bool = False) -> Due:
+        """Evaluate, log and checkpoint when env steps cross their intervals; the last step always logs and
+        checkpoints (and evaluates only where the cadence says so: an evaluation is not free).
+        """
+        cfg = self.config
+        evaluate = crossed(before, after, cfg.eval_every)
+        return Due(evaluate, evaluate or done or crossed(before, after, cfg.log_every),
+                   done or crossed(before, after, cfg.checkpoint.every))
+
+    def _evaluate(self, poll: Callable[[], None] | None = None) -> None:
+        """The deterministic policy on the eval env, seeded per evaluation (its own stream)."""
+        self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed(), poll)))
+        self.last_eval_env_steps = self.env_steps
+
+    @staticmethod
+    def rates(seconds: float, env_steps: int, updates: int) -> dict[str, float]:
+        """Throughput over ``seconds`` of wall-clock."""
+        seconds = max(seconds, 1e-9)
+        return {"env_steps_per_s": env_steps / seconds, "updates_per_s": updates / seconds}
 
     def close_envs(self) -> None:
         """Close every env built so far (safe to call twice: VecEnv.close is)."""
@@ -127,11 +192,12 @@ class Trainer:
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
         return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
-                         seed=self.seeds["env"], source=self.config.env.source)
+                         seed=self.seed("env"), source=self.config.env.source)
 
     def policy_batches(self, count: int) -> Iterator[Any]:
         """The next ``count`` policy batches (TensorDicts), drawn several at a time: MBPO's learner does
-        ``utd_ratio`` updates per transition and a draw's fixed cost would otherwise be paid per update."""
+        ``utd_ratio`` updates per transition and a draw's fixed cost would otherwise be paid per update.
+        """
         batch_size = self.config.agent.batch_size
         per_draw = max(1, DRAW_ROWS // batch_size)
         for start in range(0, count, per_draw):
@@ -142,7 +208,7 @@ class Trainer:
                 yield from sample_batches(self.buffer, batch_size, n, self.config.debug)
 
     def eval_seed(self) -> int:
-        return self.config.seed + EVAL_SEED_OFFSET + self.env_steps
+        return self.seed("eval", self.env_steps)
 
     def _row(self, wall_s: float, rates: dict[str, float], evaluated: bool) -> dict[str, Any]:
         cfg = self.config.agent
@@ -173,6 +239,7 @@ class Trainer:
             "updates_issued": self.updates_issued,
             "wall_s": self.wall_s,
             "last_eval_return": self.last_eval_return,
+            "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
         }
 
@@ -193,6 +260,7 @@ class Trainer:
         self.env_steps, self.learning_env_steps = t["env_steps"], t["learning_env_steps"]
         self.updates_issued, self.wall_s = t["updates_issued"], t["wall_s"]
         self.last_eval_return = t["last_eval_return"]
+        self.last_eval_env_steps = t.get("last_eval_env_steps")
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
         self.agent.load_state_dict(state["agent"])
         load_replay_state(self.buffer, state["buffer"])
@@ -209,7 +277,8 @@ class Trainer:
 
     def _open_run_dir(self) -> None:
         """Take the run dir's lock for the whole run, then record what this run is: identity and starting
-        config for a new run, one ``resumes.yaml`` entry for a resumed one."""
+        config for a new run, one ``resumes.yaml`` entry for a resumed one.
+        """
         self._lock.acquire()
         try:
             if self.resumed_from is None:
@@ -257,7 +326,8 @@ class ResumePoint:
 def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> ResumePoint:
     """Load the newest checkpoint of ``run_dir`` once and check it: it must be this run's (identity, env
     steps against its name), the overrides may only change run length and cadence, and there must be
-    steps left to take (a shorter ``total_env_steps`` than already reached is refused)."""
+    steps left to take (a shorter ``total_env_steps`` than already reached is refused).
+    """
     run_dir, overrides = Path(run_dir), list(overrides or [])
     for item in overrides:
         key = item.split("=", 1)[0]
@@ -280,3 +350,17 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
                              f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
                              f"total_env_steps=<more than {steps}>")
     return ResumePoint(run_dir, path, state, config, overrides)
+
+
+def transition_bytes(obs_dim: int, action_space: Any) -> int:
+    """One stored transition: obs and next obs (float32), action (int64 or float32), reward (float32), the
+    terminated and next_obs_valid flags.
+    """
+    import gymnasium as gym
+
+    action = 8 if isinstance(action_space, gym.spaces.Discrete) else 4 * int(np.prod(action_space.shape))
+    return 8 * obs_dim + action + 4 + 2
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"

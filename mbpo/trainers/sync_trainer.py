@@ -19,17 +19,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import envs
 from mbpo.buffers import real_transitions
 from mbpo.config import Config
-from mbpo.evaluation import evaluate
 from mbpo.metrics import MetricsLogger
-from mbpo.trainers.base import Trainer, crossed, stream_seeds
+from mbpo.trainers.base import Trainer
 
-__all__ = ["SyncTrainer", "stream_seeds"]
+__all__ = ["SyncTrainer"]
 
 
 class SyncTrainer(Trainer):
@@ -37,14 +35,12 @@ class SyncTrainer(Trainer):
 
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         super().__init__(config, run_dir)
-        try:
-            self.check_devices()
-        except BaseException:
-            self.close_envs()
-            raise
-        self._action_generator = torch.Generator().manual_seed(self.seeds["actions"])
+        self._action_generator = torch.Generator().manual_seed(self.seed("actions"))
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None
+
+    def _build_runtime(self, config: Config) -> None:
+        self.check_devices()
 
     # -- the loop ----------------------------------------------------------------
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
@@ -75,24 +71,20 @@ class SyncTrainer(Trainer):
                 self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
             if self.env_steps >= cfg.agent.learning_starts:
                 self.learning_env_steps += n
-                due = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
-                for batch in self.policy_batches(due):
+                owed = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
+                for batch in self.policy_batches(owed):
                     self.agent.update(batch)  # metrics: pop_metrics() at log time
-                self.updates_issued += due
-            evaluated = crossed(before, self.env_steps, cfg.eval_every)
-            if evaluated:
-                returns = evaluate(self.agent, self.eval_env, self.eval_seed())
-                self.last_eval_return = float(np.mean(returns))
-            elapsed = time.perf_counter() - start
-            rates = {
-                "env_steps_per_s": (self.env_steps - start_steps) / max(elapsed, 1e-9),
-                "updates_per_s": (self.agent.num_updates - start_updates) / max(elapsed, 1e-9),
-            }
+                self.updates_issued += owed
             done = self.env_steps >= cfg.total_env_steps
-            if evaluated or done or crossed(before, self.env_steps, cfg.log_every):
-                row = self._row(self.wall_s + elapsed, rates, evaluated)
+            due = self.due(before, self.env_steps, done)
+            if due.evaluate:
+                self._evaluate()
+            rates = self.rates(time.perf_counter() - start, self.env_steps - start_steps,
+                               self.agent.num_updates - start_updates)
+            if due.log:
+                row = self._row(self.wall_s + time.perf_counter() - start, rates, due.evaluate)
                 logger.log(row)
-            if crossed(before, self.env_steps, cfg.checkpoint.every) or done:
+            if due.checkpoint:
                 self.wall_s += time.perf_counter() - start
                 start = time.perf_counter()
                 start_steps, start_updates = self.env_steps, self.agent.num_updates
@@ -105,6 +97,7 @@ class SyncTrainer(Trainer):
 
     def _collect_step(self) -> None:
         obs = self._obs
+        assert obs is not None, "run() resets the env before the first step"
         if self.env_steps < self.config.agent.learning_starts:
             actions = envs.random_actions(self.env, self._action_generator)
         else:

@@ -111,7 +111,7 @@ def test_implements_agent_protocol_and_starts_at_zero() -> None:
 
 def test_box_action_space_is_rejected_with_a_pointer_to_sac() -> None:
     with pytest.raises(TypeError, match=r"Discrete.*agent\.name=sac"):
-        DQN(DQNConfig(), Box(-1.0, 1.0, (3,)), Box(-1.0, 1.0, (1,)), "cpu")  # type: ignore[arg-type]
+        DQN(DQNConfig(), Box(-1.0, 1.0, (3,)), Box(-1.0, 1.0, (1,)), "cpu")  # type: ignore[arg-type]  # on purpose
 
 
 def test_float_actions_in_batch_are_rejected() -> None:

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(autouse=True)
 def _one_intra_op_thread() -> Iterator[None]:
     """These networks are tiny: extra intra-op threads only add barrier waits, which stall for a
-    whole scheduler slice per op when the machine is oversubscribed (seen: 2 ms -> 350 ms/update)."""
+    whole scheduler slice per op when the machine is oversubscribed (seen: 2 ms -> 350 ms/update).
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -41,7 +42,7 @@ LOW, HIGH = np.array([-2.0, 0.0, -1.0], np.float32), np.array([2.0, 1.0, 3.0], n
 
 
 def make_sac(seed: int = 0, **overrides: object) -> SAC:
-    cfg = SACConfig(hidden_sizes=[32, 32], **overrides)  # type: ignore[arg-type]
+    cfg = SACConfig(hidden_sizes=[32, 32], **overrides)  # type: ignore[arg-type]  # per-test SACConfig fields
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     return SAC(cfg, obs_space, gym.spaces.Box(LOW, HIGH, dtype=np.float32), "cpu", seed=seed)
 
@@ -135,11 +136,12 @@ def test_losses_and_gradients_match_torchrl_sac_loss(monkeypatch: pytest.MonkeyP
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.97)
     target_w, target_b = linear_leaves(loss.target_qvalue_network_params)
     with torch.no_grad():
-        for ours, w, b in zip(sac.target_critic.layers, target_w, target_b):
+        for ours, w, b in zip(sac.target_critic.layers, target_w, target_b, strict=True):
             w.copy_(ours.weight.transpose(1, 2))
             b.copy_(ours.bias[:, 0])
     b_sz = 64
-    scale, bias = (torch.from_numpy(HIGH) - torch.from_numpy(LOW)) / 2, (torch.from_numpy(HIGH) + torch.from_numpy(LOW)) / 2
+    high, low = torch.from_numpy(HIGH), torch.from_numpy(LOW)
+    scale, bias = (high - low) / 2, (high + low) / 2
     term = batch["terminated"].reshape(b_sz, 1)
     td = TensorDict(
         {
@@ -162,7 +164,8 @@ def test_losses_and_gradients_match_torchrl_sac_loss(monkeypatch: pytest.MonkeyP
 
     tol = {"rtol": 1e-5, "atol": 1e-5}
     approx = {"rel": 1e-5, "abs": 1e-5}
-    assert metrics["loss_critic"] == pytest.approx(out["loss_qvalue"].item(), **approx)  # sum over critics, mean over batch
+    # sum over critics, mean over batch
+    assert metrics["loss_critic"] == pytest.approx(out["loss_qvalue"].item(), **approx)
     assert metrics["loss_actor"] == pytest.approx(out["loss_actor"].item(), **approx)
     assert metrics["loss_alpha"] == pytest.approx(out["loss_alpha"].item(), **approx)
     assert metrics["alpha"] == pytest.approx(out["alpha"].item(), **approx)
@@ -174,7 +177,7 @@ def test_losses_and_gradients_match_torchrl_sac_loss(monkeypatch: pytest.MonkeyP
         (key,) = [k for k in theirs if k.endswith(name)]
         torch.testing.assert_close(p.grad, theirs[key].grad, **tol)
     q_w, q_b = linear_leaves(loss.qvalue_network_params)
-    for ours, w, b in zip(sac.critic.layers, q_w, q_b):
+    for ours, w, b in zip(sac.critic.layers, q_w, q_b, strict=True):
         torch.testing.assert_close(ours.weight.grad, w.grad.transpose(1, 2), **tol)
         torch.testing.assert_close(ours.bias.grad, b.grad.unsqueeze(1), **tol)
     torch.testing.assert_close(sac.log_alpha.grad, loss.log_alpha.grad, **tol)
@@ -182,7 +185,9 @@ def test_losses_and_gradients_match_torchrl_sac_loss(monkeypatch: pytest.MonkeyP
 
 def test_log_prob_matches_torch_tanh_transformed_normal() -> None:
     g = torch.Generator().manual_seed(0)
-    mean, log_std, eps = torch.randn(16, 4, generator=g), torch.randn(16, 4, generator=g) - 1, torch.randn(16, 4, generator=g)
+    mean = torch.randn(16, 4, generator=g)
+    log_std = torch.randn(16, 4, generator=g) - 1
+    eps = torch.randn(16, 4, generator=g)
     action, log_prob = squashed_gaussian_sample(mean, log_std, eps)
     dist = torch.distributions.TransformedDistribution(
         torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1),
@@ -212,7 +217,7 @@ def test_batched_twin_critic_equals_two_linear_stacks() -> None:
         critic.zero_grad()
         critic(x)[m].sum().backward()
         seq(x).sum().backward()
-        for layer, linear in zip(critic.layers, [mod for mod in seq if isinstance(mod, nn.Linear)]):
+        for layer, linear in zip(critic.layers, [mod for mod in seq if isinstance(mod, nn.Linear)], strict=True):
             torch.testing.assert_close(layer.weight.grad[m], linear.weight.grad.T, rtol=1e-5, atol=1e-6)
             assert torch.count_nonzero(layer.weight.grad[1 - m]) == 0
     # detach_params: gradient reaches the input but no parameter.
@@ -251,7 +256,7 @@ def test_non_finite_loss_is_skipped_and_counted() -> None:
     assert (sac.num_updates, sac.num_skipped_updates) == (1, 1)
     for name, value in params_of(sac).items():
         assert torch.equal(value, before[name]), f"{name} changed on a skipped update"
-    assert all(torch.equal(a, s["step"]) for a, s in zip(optim_steps, sac.critic_optim.state.values()))
+    assert all(torch.equal(a, s["step"]) for a, s in zip(optim_steps, sac.critic_optim.state.values(), strict=True))
     sac.update(make_batch(seed=2))
     assert (sac.num_updates, sac.num_skipped_updates) == (2, 1)
     averages = sac.pop_metrics()  # skipped updates do not poison the averages
@@ -263,7 +268,7 @@ def test_target_critic_is_polyak_averaged_with_tau() -> None:
     sac = make_sac(tau=0.1)
     target_before = [p.clone() for p in sac.target_critic.parameters()]
     sac.update(make_batch())
-    for old, new, online in zip(target_before, sac.target_critic.parameters(), sac.critic.parameters()):
+    for old, new, online in zip(target_before, sac.target_critic.parameters(), sac.critic.parameters(), strict=True):
         torch.testing.assert_close(new, old + 0.1 * (online.detach() - old))
         assert not torch.equal(new, old)
 

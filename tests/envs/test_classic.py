@@ -154,7 +154,7 @@ def test_seeding(env_id: str) -> None:
     b = trajectory(envs.make(env_id, 16, seed=3))
     c = trajectory(envs.make(env_id, 16, seed=4))
     reseeded = trajectory(envs.make(env_id, 16, seed=99), seed=3)
-    for x, y, z in zip(a, b, reseeded):
+    for x, y, z in zip(a, b, reseeded, strict=True):
         assert torch.equal(x, y) and torch.equal(x, z)
     assert not torch.equal(a[0], c[0])
     assert torch.unique(a[0], dim=0).shape[0] == 16  # every env index starts elsewhere
@@ -181,7 +181,10 @@ def test_state_is_writable_and_validated() -> None:
         ("Pendulum-v1", np.zeros((4, 1), dtype=np.float32), "torch.Tensor"),
         ("CartPole-v1", torch.zeros(4, 1, dtype=torch.int64), r"shape \(4,\)"),
         ("CartPole-v1", torch.zeros(4), "int64"),
-        ("CartPole-v1", torch.tensor([0, 1, 2, 0]), r"action 2 at env 2 is out of range; expected an integer in \[0, 1\]"),
+        (
+            "CartPole-v1", torch.tensor([0, 1, 2, 0]),
+            r"action 2 at env 2 is out of range; expected an integer in \[0, 1\]",
+        ),
     ],
 )
 def test_bad_actions_get_clear_errors(env_id: str, actions: object, match: str) -> None:
@@ -226,7 +229,7 @@ def test_compiled_step_matches_eager(env_id: str) -> None:
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     for _ in range(50):
         a, b = eager.step(random_actions(eager, g1)), compiled.step(random_actions(compiled, g2))
-        for x, y in zip(a[:4], b[:4]):  # fused kernels may reorder float ops
+        for x, y in zip(a[:4], b[:4], strict=True):  # fused kernels may reorder float ops
             torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
 
 
@@ -280,7 +283,7 @@ def test_partial_reset_restarts_only_the_chosen_envs(env_id: str) -> None:
     torch.testing.assert_close(obs, env.task.observe(env.state))
     for a in actions:  # the untouched envs go on exactly as if nothing happened
         out, ref = env.step(a), twin.step(a)
-        for x, y in zip(out[:4], ref[:4]):
+        for x, y in zip(out[:4], ref[:4], strict=True):
             assert torch.equal(x[keep], y[keep])
     assert env.episode_steps.tolist() == [5, 2, 5, 5, 2, 5]
 
@@ -297,7 +300,7 @@ def test_partial_reset_by_indices_and_by_mask_agree(env_id: str) -> None:
     assert torch.equal(a, b) and torch.equal(a, c)
     assert torch.equal(by_ids.episode_steps, by_mask.episode_steps)
     x, y = by_ids.step(actions[0]), by_mask.step(actions[0])
-    for u, v in zip(x[:4], y[:4]):
+    for u, v in zip(x[:4], y[:4], strict=True):
         assert torch.equal(u, v)
 
 

@@ -33,8 +33,8 @@ def _rollout(env: GymnasiumVecEnv, actions: list[torch.Tensor], seed: int | None
 
 def _assert_same(a: list[tuple], b: list[tuple]) -> None:
     assert len(a) == len(b)
-    for ra, rb in zip(a, b):
-        for x, y in zip(ra, rb):
+    for ra, rb in zip(a, b, strict=True):
+        for x, y in zip(ra, rb, strict=True):
             assert torch.equal(x, y)
 
 
@@ -81,7 +81,8 @@ def test_same_step_autoreset_matches_single_env(env_id: str, scale: float) -> No
         assert torch.equal(rows[0][0][i], torch.from_numpy(ref.astype(np.float32)))
         for t, a in enumerate(actions):
             act = a[i].numpy().astype(single.action_space.dtype)
-            last, rew, term, trunc, _ = single.step(act if not isinstance(single.action_space, gym.spaces.Discrete) else int(act))
+            discrete = isinstance(single.action_space, gym.spaces.Discrete)
+            last, rew, term, trunc, _ = single.step(int(act) if discrete else act)
             obs, r, te, tr, final_obs, _ = rows[t + 1]
             assert (bool(te[i]), bool(tr[i])) == (term, trunc)
             assert float(r[i]) == pytest.approx(rew, rel=1e-6)
@@ -115,7 +116,10 @@ def test_same_step_wrapping_equals_disabled_path() -> None:
     vec = gym.make_vec(
         "Hopper-v5", num_envs=3, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, max_episode_steps=10
     )
-    with GymnasiumVecEnv(vec, seed=5) as wrapped, GymnasiumVecEnv.from_id("Hopper-v5", 3, seed=5, max_episode_steps=10) as built:
+    with (
+        GymnasiumVecEnv(vec, seed=5) as wrapped,
+        GymnasiumVecEnv.from_id("Hopper-v5", 3, seed=5, max_episode_steps=10) as built,
+    ):
         assert wrapped.max_episode_steps == built.max_episode_steps == 10
         actions = _random_actions(built, 30, seed=2, scale=3.0)
         a, b = _rollout(wrapped, actions), _rollout(built, actions)
@@ -230,7 +234,7 @@ def test_partial_reset_restarts_only_the_chosen_envs(mode: str, autoreset: Autor
         assert not torch.equal(obs[1], before[1]) and obs[1, 2].abs() <= 1.0  # Pendulum's reset: |thetadot| <= 1
         for t, a in enumerate(actions[2:]):  # envs 0 and 2 run on (and time out) exactly as without the reset
             out, ref = env.step(a), twin.step(a)
-            for x, y in zip((*out[:4], out[4]["final_obs"]), (*ref[:4], ref[4]["final_obs"])):
+            for x, y in zip((*out[:4], out[4]["final_obs"]), (*ref[:4], ref[4]["final_obs"]), strict=True):
                 assert torch.equal(x[[0, 2]], y[[0, 2]])
             assert bool(out[3][1]) == (t == 3)  # env 1's own 4-step episode
         assert env.episode_steps.tolist() == [0, 2, 0] and twin.episode_steps.tolist() == [0, 0, 0]
@@ -246,7 +250,7 @@ def test_partial_reset_by_indices_and_by_mask_agree(mode: str) -> None:
         a = by_ids.reset(env_ids=torch.tensor([0, 2]))
         b = by_mask.reset(env_ids=torch.tensor([True, False, True]))
         assert torch.equal(a, b) and by_ids.episode_steps.tolist() == by_mask.episode_steps.tolist() == [0, 1, 0]
-        for x, y in zip(by_ids.step(action)[:4], by_mask.step(action)[:4]):
+        for x, y in zip(by_ids.step(action)[:4], by_mask.step(action)[:4], strict=True):
             assert torch.equal(x, y)
 
 

@@ -96,7 +96,7 @@ class _PartialContract(_Contract):
         if where == "unwrapped":
             self.unwrapped = self.sim
         else:
-            self.reset = self._reset_maybe_ids  # type: ignore[method-assign]
+            self.reset = self._reset_maybe_ids  # type: ignore[method-assign]  # reset(env_ids) on the wrapper
 
     def _groups(self) -> TensorDict:
         groups = super()._groups()
@@ -210,7 +210,7 @@ def test_partial_reset_goes_to_the_envs_reset_with_env_ids(where: str, ids: torc
     assert torch.equal(obs[2], torch.full((4,), 1000.0))  # the fresh row, read after the reset
     for t in range(3):  # envs 0 and 1 go on (env 1 terminates at clock 2) exactly as without the reset
         out, ref = env.step(_zeros(env)), twin.step(_zeros(twin))
-        for x, y in zip(out[:4], ref[:4]):
+        for x, y in zip(out[:4], ref[:4], strict=True):
             assert torch.equal(x[:2], y[:2])
         assert out[0][2, 0] == t + 1  # env 2's clock restarted
     assert env.episode_steps.tolist() == [0, 0, 3]  # env 0 timed out at 4, env 1 ended twice
@@ -289,7 +289,7 @@ def test_mjlab_cartpole_shapes_dtypes_devices(cartpole: VecEnv) -> None:
 @MJLAB_TIMEOUT
 def test_mjlab_time_out_is_truncation_with_the_true_final_obs(cartpole: VecEnv) -> None:
     trace = _trace(cartpole, 6)
-    for t, (obs, rew, term, trunc, final, valid, steps) in enumerate(trace[1:], start=1):
+    for t, (_obs, _rew, term, trunc, _final, valid, steps) in enumerate(trace[1:], start=1):
         assert not term.any() and bool(trunc.all()) == (t == 5) and bool(trunc.any()) == (t == 5)
         assert valid.all() and steps.tolist() == [t % 5] * 4
     with envs.make(TASK, 4, seed=0) as reference:  # 1000-step episodes: no reset at step 5
@@ -306,8 +306,8 @@ def test_mjlab_auto_reset_marks_lost_final_obs_and_matches_otherwise(
     assert trunc.all() and not term.any()
     assert not valid.any() and torch.equal(final, obs)  # placeholder, marked invalid
     assert auto[4][5].all() and auto[6][5].all()
-    for a, c in zip(auto, captured):  # our reset after the step is mjlab's auto-reset, bit for bit
-        for x, y in zip(a[:4], c[:4]):  # obs, reward, terminated, truncated
+    for a, c in zip(auto, captured, strict=True):  # our reset after the step is mjlab's auto-reset, bit for bit
+        for x, y in zip(a[:4], c[:4], strict=True):  # obs, reward, terminated, truncated
             assert torch.equal(x, y)
 
 
@@ -331,11 +331,11 @@ def test_mjlab_partial_reset_restarts_only_the_chosen_envs(cartpole: VecEnv) -> 
     before, (obs, steps) = by_ids[2][0], by_ids[3]
     assert steps.tolist() == [2, 0, 2, 0]
     assert torch.equal(obs[[0, 2]], before[[0, 2]]) and not torch.equal(obs[[1, 3]], before[[1, 3]])
-    for x, y in zip(by_ids, by_mask):  # indices and mask: the same reset
-        for u, v in zip(x, y):
+    for x, y in zip(by_ids, by_mask, strict=True):  # indices and mask: the same reset
+        for u, v in zip(x, y, strict=True):
             assert torch.equal(u, v)
-    for x, y in zip(plain[3:], by_ids[4:]):  # envs 0 and 2 step on as if nothing happened
-        for u, v in zip(x, y):
+    for x, y in zip(plain[3:], by_ids[4:], strict=True):  # envs 0 and 2 step on as if nothing happened
+        for u, v in zip(x, y, strict=True):
             assert torch.equal(u[[0, 2]], v[[0, 2]])
     assert cartpole.episode_steps.tolist() == [4, 2, 4, 2]
 
@@ -357,7 +357,8 @@ def test_mjlab_time_outs_without_a_final_obs_never_become_next_state_targets(
     cartpole_auto: VecEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trainers' own path: real_transitions marks them, ModelBased.train hands the fit that mask (the
-    rows still train reward and termination; the ensemble's own test covers the masked fit)."""
+    rows still train reward and termination; the ensemble's own test covers the masked fit).
+    """
     from mbpo.buffers import NEXT_OBS_VALID, real_transitions
     from mbpo.config import load_config
     from mbpo.model_based import ModelBased

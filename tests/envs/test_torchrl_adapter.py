@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, MultiOneHot, OneHot
+from torchrl.data import Categorical, Composite, MultiOneHot, OneHot
 from torchrl.envs import GymEnv, SerialEnv
 from torchrl.envs.utils import check_env_specs
 
@@ -123,8 +123,8 @@ def test_round_trip_matches_native_env_exactly(env_id: str, steps: int) -> None:
     assert wrapped.max_episode_steps == native.max_episode_steps
     actions = _actions(native, steps, seed=1)
     a, b = _trace(native, actions), _trace(wrapped, actions)
-    for ra, rb in zip(a, b):
-        for x, y in zip(ra, rb):
+    for ra, rb in zip(a, b, strict=True):
+        for x, y in zip(ra, rb, strict=True):
             assert x.dtype == y.dtype and torch.equal(x, y)
     terms, truncs = torch.stack([row[2] for row in a[1:]]), torch.stack([row[3] for row in a[1:]])
     if env_id == "Pendulum-v1":
@@ -222,6 +222,13 @@ def test_from_torchrl_unsupported_action_spec_names_it() -> None:
         envs.from_torchrl(tenv)
 
 
+def test_from_torchrl_rejects_a_discrete_observation_spec() -> None:
+    tenv = envs.to_torchrl(envs.make("CartPole-v1", 2, seed=0))
+    tenv.observation_spec = Composite(observation=Categorical(3, shape=(2,)), shape=(2,))
+    with pytest.raises(TypeError, match="Bounded/Unbounded observation spec at 'observation'.*got Categorical"):
+        envs.from_torchrl(tenv)
+
+
 def test_from_torchrl_checks_actions() -> None:
     env = envs.from_torchrl(envs.to_torchrl(envs.make("Pendulum-v1", 2, seed=0)))
     with pytest.raises(RuntimeError, match="reset"):
@@ -249,7 +256,7 @@ def test_from_torchrl_partial_reset_matches_the_native_partial_reset(ids: torch.
     assert torch.equal(obs[[0, 3]], before[[0, 3]]) and not torch.equal(obs[[1, 2]], before[[1, 2]])
     assert wrapped.episode_steps.tolist() == native.episode_steps.tolist() == [3, 0, 0, 3]
     for a in actions[3:]:
-        for x, y in zip(wrapped.step(a)[:4], native.step(a)[:4]):
+        for x, y in zip(wrapped.step(a)[:4], native.step(a)[:4], strict=True):
             assert torch.equal(x, y)
 
 
@@ -266,7 +273,7 @@ def test_from_torchrl_serial_env_partial_reset_leaves_the_other_envs_alone() -> 
         assert torch.equal(obs[[0, 2]], before[[0, 2]]) and not torch.equal(obs[1], before[1])
         assert env.episode_steps.tolist() == [2, 0, 2]
         for a in actions[2:]:
-            for x, y in zip(env.step(a)[:4], twin.step(a)[:4]):
+            for x, y in zip(env.step(a)[:4], twin.step(a)[:4], strict=True):
                 assert torch.equal(x[[0, 2]], y[[0, 2]])
     finally:
         env.close()

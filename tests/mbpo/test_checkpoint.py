@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
@@ -45,7 +46,9 @@ def test_keeps_the_newest_k(tmp_path: Path) -> None:
     assert loaded == state(400) and path.name.endswith("400.pt")
 
 
-def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ckpt.save_checkpoint(tmp_path, 100, state(100, w=torch.ones(3)), keep=3)
     real_save = torch.save
 
@@ -65,8 +68,8 @@ def test_a_checkpoint_that_does_not_read_back_prunes_nothing(tmp_path: Path, mon
     """keep=1: the old checkpoint goes only once the new one has been read back."""
     ckpt.save_checkpoint(tmp_path, 100, state(100), keep=1)
 
-    def write_garbage(obj: object, f: object) -> None:  # a silently bad write (full disk, bad sector)
-        f.write(b"PK\x03\x04 not really a zip")  # type: ignore[attr-defined]
+    def write_garbage(obj: object, f: BinaryIO) -> None:  # a silently bad write (full disk, bad sector)
+        f.write(b"PK\x03\x04 not really a zip")
 
     monkeypatch.setattr(ckpt.torch, "save", write_garbage)
     with pytest.raises(ckpt.CorruptCheckpointError, match="did not read back"):

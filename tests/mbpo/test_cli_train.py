@@ -75,7 +75,8 @@ def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsy
     two = data["Pendulum-v1 SAC, utd 1"]
     assert two["seeds"] == [0, 1] and two["x"] == [150.0, 300.0]
     evals = [[float(r["eval_return"]) for r in read_metrics(run / "metrics.csv")] for run in runs[:2]]
-    assert two["low"] == [min(v) for v in zip(*evals)] and two["high"] == [max(v) for v in zip(*evals)]
+    per_eval = list(zip(*evals, strict=True))
+    assert two["low"] == [min(v) for v in per_eval] and two["high"] == [max(v) for v in per_eval]
     capsys.readouterr()
     out = tmp_path / "cmp.png"
     assert cli.main(["plot", *map(str, runs), "--out", str(out), "--x", "wall_s"]) == 0

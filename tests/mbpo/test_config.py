@@ -1,11 +1,13 @@
 """Config: YAML + dotted overrides; unknown keys, wrong types, bad ranges, non-finite floats and impossible
-budgets rejected with clear messages."""
+budgets rejected with clear messages.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import re
+import types
 import typing
 from pathlib import Path
 
@@ -44,7 +46,10 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
     [
         (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: device, id, num_envs"),
         (["lr=3"], "unknown config key 'lr'"),
-        (["env.num_envs=abc"], "config key 'env.num_envs': Value 'abc' of type 'str' could not be converted to Integer"),
+        (
+            ["env.num_envs=abc"],
+            "config key 'env.num_envs': Value 'abc' of type 'str' could not be converted to Integer",
+        ),
         (["env.num_envs=0"], r"env.num_envs=0 is out of range; expected a value in \[1, inf\)"),
         (["agent.utd_ratio=0"], r"agent.utd_ratio=0.0 is out of range; expected a value in \(0, inf\)"),
         (["agent.sac.gamma=1.5"], r"agent.sac.gamma=1.5 is out of range; expected a value in \[0, 1\]"),
@@ -85,7 +90,8 @@ def test_every_field_is_documented_and_yaml_round_trips(tmp_path: Path) -> None:
 
 def _float_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str]]:
     """``(dotted key, kind)`` of every float-valued field of the schema, found by walking the dataclasses:
-    kind is ``float``, ``optional`` (Optional[float]) or ``list`` (list[float])."""
+    kind is ``float``, ``optional`` (float | None) or ``list`` (list[float]).
+    """
     out: list[tuple[str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -94,7 +100,7 @@ def _float_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str]]:
             out += _float_keys(t, f"{prefix}{f.name}.")
         elif t is float:
             out.append((f"{prefix}{f.name}", "float"))
-        elif typing.get_origin(t) is typing.Union and float in typing.get_args(t):
+        elif typing.get_origin(t) in (typing.Union, types.UnionType) and float in typing.get_args(t):
             out.append((f"{prefix}{f.name}", "optional"))
         elif typing.get_origin(t) is list and typing.get_args(t) == (float,):
             out.append((f"{prefix}{f.name}", "list"))
@@ -166,7 +172,9 @@ def test_the_printed_utd_limit_is_itself_accepted() -> None:
     run = ["total_env_steps=1000000000"]
     with pytest.raises(ConfigError, match=r"expected agent\.utd_ratio <= ([\d.]+), or fewer") as err:
         load_config(None, run + ["agent.utd_ratio=100"])
-    limit = re.search(r"expected agent\.utd_ratio <= ([\d.]+),", str(err.value)).group(1)  # type: ignore[union-attr]
+    found = re.search(r"expected agent\.utd_ratio <= ([\d.]+),", str(err.value))
+    assert found is not None
+    limit = found.group(1)
     assert limit == "51.8"
     assert load_config(None, run + [f"agent.utd_ratio={limit}"]).agent.utd_ratio == 51.8
 

@@ -59,7 +59,8 @@ def test_env_on_other_device_suggests_following_the_env() -> None:
 
 def test_acting_replica_must_be_on_cpu() -> None:
     plan = DevicePlan.resolve("cpu")
-    with pytest.raises(DeviceMismatchError, match=r"(?s)policy replica: meta   <-- must be cpu.*collectors always act on cpu"):
+    match = r"(?s)policy replica: meta   <-- must be cpu.*collectors always act on cpu"
+    with pytest.raises(DeviceMismatchError, match=match):
         plan.check({"learner": nn.Linear(1, 1)}, {"policy replica": nn.Linear(1, 1, device="meta")})
 
 

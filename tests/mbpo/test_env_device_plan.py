@@ -1,5 +1,6 @@
 """Device discipline with a real Isaac Lab-API env (mjlab on CPU): auto follows the env, a mismatch
-is caught at start-up before any step."""
+is caught at start-up before any step.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def test_learner_asked_onto_another_device_than_the_env_fails_before_any_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The env is built on cpu, the learner is asked onto another device (meta stands in for a GPU this
-    machine lacks; the gpu-marked test below uses a real one)."""
+    machine lacks; the gpu-marked test below uses a real one).
+    """
     from envs.adapters.rsl_rl import RslRlVecEnv
 
     steps: list[int] = []

@@ -14,8 +14,8 @@ from mbpo.buffers import MODEL_VERSION, ModelBuffer, make_replay_buffer, sample_
 from mbpo.config import load_config
 from mbpo.metrics import read_metrics
 from mbpo.model_based import ModelBased
-from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
+from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import SyncTrainer
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,7 +56,9 @@ class DivergingEnsemble:
 
     version = 7
 
-    def sample(self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator):  # noqa: ANN201
+    def sample(
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, None]:
         branch, x = obs[:, 0], obs[:, 1]
         x = torch.where(branch % 3 == 1, math.nan, torch.where(branch % 3 == 2, 1e9, x + 1.0))
         return torch.stack((branch, x), -1), torch.ones(obs.shape[0]), None
@@ -98,8 +100,11 @@ def test_real_ensemble_forced_to_diverge_never_fills_the_buffer_with_nonfinite(t
         return metrics
 
     real_fit = mb.ensemble.fit
-    mb.ensemble.fit = diverge_then_fit  # type: ignore[method-assign]
-    policy = lambda o, gen: torch.rand(o.shape[0], 1, generator=gen) * 4 - 2  # noqa: E731
+    mb.ensemble.fit = diverge_then_fit  # type: ignore[method-assign]  # a wrapping spy
+
+    def policy(o: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return torch.rand(o.shape[0], 1, generator=gen) * 4 - 2
+
     assert mb.after_collect(0, 60, real, policy)
     assert mb.nonfinite_branches > 0
     if len(mb.model_buffer):
@@ -164,7 +169,8 @@ def test_tiny_mbpo_run_measurably_improves_point_mass(tmp_path: Path) -> None:
 
 def test_unknown_next_observations_are_passed_to_the_fit_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
     """An env that auto-resets without the true final obs marks those transitions; the ensemble gets
-    every row (their reward and termination are real) with the mask, so no placeholder is a target."""
+    every row (their reward and termination are real) with the mask, so no placeholder is a target.
+    """
     from mbpo.buffers import NEXT_OBS_VALID, real_transitions
 
     cfg = load_config(None, ["model.enabled=true"]).model
@@ -222,7 +228,7 @@ def test_drawing_policy_batches_ahead_gives_the_same_batches_as_one_at_a_time() 
         mb.batch_generator.set_state(states[1])
         ahead = mb.policy_batches(real, 32, 5)
         assert len(ahead) == 5
-        for a, b in zip(ahead, one_at_a_time):
+        for a, b in zip(ahead, one_at_a_time, strict=True):
             assert a.shape == (32,)
             for key in keys:
                 assert torch.equal(a[key], b[key]), (with_model, key)

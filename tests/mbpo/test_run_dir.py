@@ -35,7 +35,9 @@ def train(run: Path, *overrides: str, config: str = "configs/pendulum_sac.yaml")
 
 def files(run: Path) -> dict[str, bytes]:
     """Every file of a run dir with its contents (the lock file's content is the holder, not the run)."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
 
 
 def hold_lock(run: Path) -> subprocess.Popen:
@@ -130,7 +132,8 @@ def test_each_resume_is_logged_and_config_yaml_keeps_the_start(tmp_path: Path) -
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300", "450", "600"]
     state = load_checkpoint(run / "checkpoints/ckpt_000000000600.pt")
     assert RunIdentity.from_dict(state["identity"]) == RunIdentity.read(run)
-    assert state["identity"]["config_hash"] == config_hash(state["config"]) == config_hash((run / "config.yaml").read_text())
+    on_disk = config_hash((run / "config.yaml").read_text())
+    assert state["identity"]["config_hash"] == config_hash(state["config"]) == on_disk
 
 
 def test_resume_skips_a_corrupt_checkpoint_and_never_prunes_the_good_one(

@@ -122,10 +122,12 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
 
 
 def test_rng_streams_get_independent_seeds(tmp_path: Path) -> None:
-    from mbpo.trainers.sync_trainer import stream_seeds
+    from mbpo.seeding import derive
 
-    seeds = stream_seeds(0)
-    assert len(set(seeds.values())) == len(seeds) and stream_seeds(0) == seeds != stream_seeds(1)
+    streams = [derive(0, "env"), derive(0, "actions"), derive(0, "collector_env", 0, 0),
+               derive(0, "collector_env", 1, 0), derive(0, "collector_env", 0, 1), derive(0, "eval", 200)]
+    assert len(set(streams)) == len(streams) and derive(0, "env") == streams[0] != derive(1, "env")
+    assert all(0 <= s < 2**31 for s in streams)
     trainer = SyncTrainer(tiny(tmp_path, "env.num_envs=4"), tmp_path)
     trainer.env.reset()
     first_states = trainer.env.state[:, 0] / torch.pi
@@ -147,7 +149,8 @@ def test_checkpoint_size_grows_with_the_transitions_held_not_the_capacity(tmp_pa
 
 def test_the_trainers_draws_ignore_the_process_global_rngs(tmp_path: Path) -> None:
     """Replay sampling, learner noise, model training and rollouts each have their own generator: reseeding
-    the globals in between (mjlab's env construction does) changes no parameter of a run."""
+    the globals in between (mjlab's env construction does) changes no parameter of a run.
+    """
     import random
 
     import numpy as np
@@ -177,7 +180,8 @@ def test_the_trainers_draws_ignore_the_process_global_rngs(tmp_path: Path) -> No
 
 def test_drawing_batches_ahead_changes_no_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Policy batches drawn DRAW_ROWS at a time (here 2 or 1 batches per draw, 5 updates per vector step) give
-    the update count and the parameters of drawing one batch per update."""
+    the update count and the parameters of drawing one batch per update.
+    """
     import mbpo.trainers.base as base
 
     results = []

@@ -83,12 +83,12 @@ def test_batched_ensemble_equals_per_member_loop() -> None:
         torch.testing.assert_close(logvar_b[k], lv, rtol=1e-5, atol=1e-5)
         target = torch.cat((next_obs[k] - obs[k], reward[k].unsqueeze(-1)), -1)
         nll = ((out[:, :d] - target).square() * torch.exp(-lv) + lv).mean()
-        decay = sum(wd * lin.weight.square().sum() / 2 for wd, lin in zip(c.weight_decay, stack[::2]))
+        decay = sum(wd * lin.weight.square().sum() / 2 for wd, lin in zip(c.weight_decay, stack[::2], strict=True))
         member_loss = nll + c.logvar_bound_penalty * (max_lv.sum() - min_lv.sum()) + decay
         member_loss.backward()
         ref_total = ref_total + member_loss.detach()
         # Members are independent: the batched total's gradient for member k is member k's own loss gradient.
-        for layer, lin in zip(ens.net.layers, stack[::2]):
+        for layer, lin in zip(ens.net.layers, stack[::2], strict=True):
             torch.testing.assert_close(layer.weight.grad[k], lin.weight.grad.T, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(loss.detach(), ref_total, rtol=1e-5, atol=1e-5)
 
@@ -96,7 +96,7 @@ def test_batched_ensemble_equals_per_member_loop() -> None:
 def test_weight_decay_term_is_the_hand_computed_sum() -> None:
     ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
     by_hand = 0.0
-    for wd, layer in zip(ens.config.weight_decay, ens.net.layers):
+    for wd, layer in zip(ens.config.weight_decay, ens.net.layers, strict=True):
         for m in range(ens.ensemble_size):
             by_hand += wd * float((layer.weight[m].detach().double() ** 2).sum()) / 2
     assert math.isclose(ens.weight_decay_loss().item(), by_hand, rel_tol=1e-5)
@@ -251,7 +251,8 @@ def test_rows_without_a_true_next_obs_train_reward_and_termination_but_not_the_n
     """The rsl_rl adapter's case: an env that auto-resets without the final obs loses the next obs of
     every finished episode. Those rows hold the terminations (and, in locomotion, the fall penalties),
     so they must still train the reward and termination heads, while their placeholder next obs
-    (here 50, or even NaN) must never become a next-state target."""
+    (here 50, or even NaN) must never become a next-state target.
+    """
     ens = DynamicsEnsemble(small_config(max_epochs=40), OBS, BOX, "cpu", seed=0, learn_termination=True)
     obs, action, _, next_obs, _ = linear_system(3000)
     terminated = obs[:, 0] > 0.5
@@ -279,7 +280,8 @@ def test_rows_without_a_true_next_obs_train_reward_and_termination_but_not_the_n
 
 def test_holdout_mse_leaves_out_unknown_next_states(monkeypatch: pytest.MonkeyPatch) -> None:
     """Early stopping and the elites rank members on the holdout: an unknown next state (its target
-    zeroed) must not count there either, or a member that predicts the true motion looks worse."""
+    zeroed) must not count there either, or a member that predicts the true motion looks worse.
+    """
     ens = DynamicsEnsemble(small_config(max_epochs=2), OBS, BOX, "cpu", seed=0)
     obs, action, reward, next_obs, _ = linear_system(600)
     valid = torch.arange(600) % 3 != 0
@@ -312,7 +314,7 @@ def test_state_dict_round_trip_resumes_exactly() -> None:
     b.load_state_dict(torch.load(buf))
     assert b.elites == a.elites and b.version == a.version == 1
     obs, action = torch.randn(50, OBS), torch.rand(50, ACT)
-    for x, y in zip(a.predict(obs, action)[:2], b.predict(obs, action)[:2]):
+    for x, y in zip(a.predict(obs, action)[:2], b.predict(obs, action)[:2], strict=True):
         assert torch.equal(x, y)
     sa = a.sample(obs, action, torch.Generator().manual_seed(5))
     sb = b.sample(obs, action, torch.Generator().manual_seed(5))
@@ -320,7 +322,7 @@ def test_state_dict_round_trip_resumes_exactly() -> None:
     data = linear_system(600, seed=2)
     ma, mb = a.fit(*data), b.fit(*data)
     assert ma == mb
-    for pa, pb in zip(a.parameters(), b.parameters()):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb)
 
 
@@ -335,7 +337,7 @@ def test_early_stopping_stops_and_keeps_best_weights() -> None:
         group["lr"] = 10.0
     again = ens.fit(*data)
     assert again["epochs"] == 2  # patience epochs without improvement
-    for p, q in zip(ens.parameters(), before):
+    for p, q in zip(ens.parameters(), before, strict=True):
         assert torch.equal(p, q)
 
 
@@ -366,7 +368,7 @@ def test_a_stop_request_ends_a_fit_within_one_gradient_step(asks_before_stop: in
     assert (metrics["epochs"], metrics["grad_steps"]) == expected
     assert all(int(state["step"]) == expected[1] for state in ens.optimizer.state.values())
     if expected[1] == 0:
-        assert all(torch.equal(p, q) for p, q in zip(ens.parameters(), before))
+        assert all(torch.equal(p, q) for p, q in zip(ens.parameters(), before, strict=True))
     assert ens.version == 1 and len(ens.elites) == 2
 
 
@@ -423,6 +425,6 @@ def test_bf16_predictions_and_gradients_are_close_to_fp32() -> None:
         ens.zero_grad(set_to_none=True)
         ens.loss(obs, action, reward, next_obs).backward()
         grads.append([p.grad for p in ens._params()])
-    for g32, g16 in zip(*grads):
+    for g32, g16 in zip(*grads, strict=True):
         assert g16.dtype == torch.float32
         assert (g16 - g32).norm() < 0.02 * g32.norm()

@@ -8,7 +8,7 @@ short rollout does not hit.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -91,7 +91,7 @@ def _rollout(env_id: str, steps: int, policy: Policy, seed: int = 0) -> tuple[np
         if terminated or truncated:
             obs, _ = env.reset()
     env.close()
-    o, a, n, t = zip(*rows)
+    o, a, n, t = zip(*rows, strict=True)
     return np.stack(o), np.stack([np.asarray(x) for x in a]), np.stack(n), np.array(t)
 
 
@@ -208,7 +208,8 @@ def test_inverted_pendulum_crafted() -> None:
 
 def test_classic_crafted() -> None:
     cart = torch.tensor(
-        [[2.4, 0.0, 0.0, 0.0], [2.41, 0, 0, 0], [-2.41, 0, 0, 0], [0.0, 0, 0.21, 0], [0.0, 0, -0.2, 0], [0.0, 50, 0.0, -50]],
+        [[2.4, 0.0, 0.0, 0.0], [2.41, 0, 0, 0], [-2.41, 0, 0, 0], [0.0, 0, 0.21, 0], [0.0, 0, -0.2, 0],
+         [0.0, 50, 0.0, -50]],
         dtype=torch.float64,
     )
     assert known_termination("CartPole-v1")(cart, torch.zeros(6, dtype=torch.int64), cart).tolist() == [

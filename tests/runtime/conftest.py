@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-import envs
 from envs.faults import FaultyFactory
 from mbpo.config import Config, load_config
+
+if TYPE_CHECKING:
+    from mbpo.runtime.collectors import CollectorBatch
+    from mbpo.trainers import AsyncTrainer
 
 TINY = [
     "total_env_steps=384", "eval_every=10000", "eval_episodes=2", "log_every=128", "progress=false",
@@ -32,7 +36,8 @@ def tiny_config(tmp_path: Path) -> Callable[..., Config]:
 
 def faulty(fault: str, collectors: set[int], at_step: int = 3, **kw: object) -> FaultyFactory:
     """An env_factory whose first incarnation of the chosen collectors gets ``fault`` at ``at_step``
-    (picklable, so it works with collector processes too)."""
+    (picklable, so it works with collector processes too).
+    """
     return FaultyFactory(fault, tuple(sorted(collectors)), at_step, options=dict(kw))
 
 
@@ -55,7 +60,8 @@ def no_leaks() -> Iterator[None]:
     """The test must end with no collector process alive and no shared-memory segment left in /dev/shm.
 
     Named semaphores (``sem.*``) are left out: tqdm keeps one for the life of the process; that our own
-    are released is checked at process exit by test_process_backend (no resource_tracker warning)."""
+    are released is checked at process exit by test_process_backend (no resource_tracker warning).
+    """
     import multiprocessing as mp
     import os
 
@@ -68,14 +74,14 @@ def no_leaks() -> Iterator[None]:
     assert segments() - before == set()
 
 
-def snapshot_batches(trainer: object, seen: list) -> None:
+def snapshot_batches(trainer: AsyncTrainer, seen: list[CollectorBatch]) -> None:
     """Record a copy of every batch the trainer ingests (a process batch's data is a reused shared slot)."""
     import dataclasses
 
-    ingest = trainer._ingest  # type: ignore[attr-defined]
+    ingest = trainer._ingest
 
-    def spy(item: object) -> None:
-        seen.append(dataclasses.replace(item, data=item.data.clone(), on_release=None))  # type: ignore
+    def spy(item: CollectorBatch) -> None:
+        seen.append(dataclasses.replace(item, data=item.data.clone(), on_release=None))
         ingest(item)
 
-    trainer._ingest = spy  # type: ignore[attr-defined]
+    trainer._ingest = spy  # type: ignore[method-assign]  # a spy in place of the bound method

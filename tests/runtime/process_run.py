@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import sys
 
+from envs import VecEnv
 from envs.faults import FaultyFactory
 from mbpo.config import load_config
+from mbpo.runtime.collectors import CollectorBatch
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import TINY
 
@@ -24,7 +26,7 @@ class PerCollectorFaults:
     def __init__(self, faults: list[str]) -> None:
         self.factories = [FaultyFactory(f, (i,), at_step=30 + 15 * i) for i, f in enumerate(faults)]
 
-    def __call__(self, collector_id: int, incarnation: int, seed: int):  # type: ignore[no-untyped-def]
+    def __call__(self, collector_id: int, incarnation: int, seed: int) -> VecEnv:
         return self.factories[collector_id](collector_id, incarnation, seed)
 
 
@@ -37,13 +39,13 @@ def main(argv: list[str]) -> int:
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=PerCollectorFaults(faults) if faults else None)
     ingest, told = trainer._ingest, []
 
-    def tell_progress(item):  # type: ignore[no-untyped-def]
+    def tell_progress(item: CollectorBatch) -> None:
         ingest(item)
         if trainer.env_steps >= 128 and not told:
             told.append(True)
             print("progress", flush=True)
 
-    trainer._ingest = tell_progress  # type: ignore[method-assign]
+    trainer._ingest = tell_progress  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     pids = [c.pid for c in [*trainer.pool.collectors.values(), *trainer.pool.retired] if c.pid is not None]
     print(json.dumps({"pids": pids, "restarts": row["collector_restarts"], "env_steps": row["env_steps"],

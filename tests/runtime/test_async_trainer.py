@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
 
 import envs
+from envs.base import StepResult
 from envs.faults import FaultyEnv
 from mbpo.buffers import NEXT_OBS, OBS, REWARD
 from mbpo.config import Config
@@ -60,7 +61,8 @@ def test_batches_carry_policy_version_and_collector_id(tiny_config: Callable[...
 def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Callable[..., Config],
                                                                thread_baseline: int, backend: str) -> None:
     """DQN: zero Q-net and epsilon 0 make every action 0. A batch a collector started after the
-    publication must act with them: at most the batch in progress at that moment used the old ones."""
+    publication must act with them: at most the batch in progress at that moment used the old ones.
+    """
     import time
 
     cfg = tiny_config("env.id=CartPole-v1", "agent.name=dqn", "agent.learning_starts=0", "agent.utd_ratio=0.25",
@@ -81,7 +83,7 @@ def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Call
             version = trainer.weights.publish(snap)
             published.append((version, time.monotonic()))
 
-    trainer._ingest = spy  # type: ignore[method-assign]
+    trainer._ingest = spy  # type: ignore[method-assign]  # a spy in place of the bound method
     trainer.run()
     version, at = published[0]
     for c in (0, 1):
@@ -97,7 +99,7 @@ def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Call
 def test_sigterm_drains_joins_checkpoints_and_exits_143(tiny_config: Callable[..., Config],
                                                         thread_baseline: int) -> None:
     class SigtermAt(FaultyEnv):
-        def step(self, actions: torch.Tensor):  # type: ignore[no-untyped-def]
+        def step(self, actions: torch.Tensor) -> StepResult:
             if self.steps + 1 == self.at_step:
                 os.kill(os.getpid(), signal.SIGTERM)  # delivered to the main thread's handler
             return super().step(actions)
@@ -160,7 +162,8 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
 def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing_the_run(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     """A periodic checkpoint used to wait at most runtime.shutdown_timeout_s for the model thread's
-    cycle, then raise TimeoutError and end the run: any fit longer than that (minutes, on a big buffer)."""
+    cycle, then raise TimeoutError and end the run: any fit longer than that (minutes, on a big buffer).
+    """
     cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
                       "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
                       "model.epoch_length=64", "runtime.shutdown_timeout_s=1", "checkpoint.keep=10")
@@ -173,9 +176,9 @@ def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing
         if not held:
             trainer._checkpoint_due = True  # the checkpoint cadence crosses while this fit runs
             held.append(worker.hold.wait(timeout=60))  # the fit goes on once the learner has asked to hold
-        fit(*args, **kwargs)  # type: ignore[arg-type]
+        fit(*args, **kwargs)  # type: ignore[arg-type]  # forwards what the model worker passed
 
-    trainer.model.train = first_fit_outlasts_a_due_checkpoint  # type: ignore[method-assign]
+    trainer.model.train = first_fit_outlasts_a_due_checkpoint  # type: ignore[method-assign]  # a wrapping spy
     row = trainer.run()
     assert held == [True] and not worker.hold.is_set()
     ckpts = sorted((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))
@@ -197,13 +200,13 @@ def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     make = envs.make
 
     class CtrlCAt(FaultyEnv):
-        def step(self, actions: torch.Tensor):  # type: ignore[no-untyped-def]
+        def step(self, actions: torch.Tensor) -> StepResult:
             if self.steps + 1 == self.at_step:
                 os.kill(os.getpid(), signal.SIGINT)
             return super().step(actions)
 
     def make_with_ctrl_c(env_id: str, num_envs: int = 1, **kw: object) -> envs.VecEnv:
-        env = make(env_id, num_envs, **kw)  # type: ignore[arg-type]
+        env = make(env_id, num_envs, **kw)  # type: ignore[arg-type]  # forwards envs.make's keywords
         return CtrlCAt(env, "slow", at_step=120) if num_envs == 1 else env  # training envs, not eval (2 envs)
 
     monkeypatch.setattr(envs, "make", make_with_ctrl_c)
@@ -258,13 +261,19 @@ def test_async_evaluates_on_the_sync_trainers_cadence(tiny_config: Callable[...,
 def test_back_pressure_keeps_the_queue_and_the_ring_bounded(tiny_config: Callable[..., Config], thread_baseline: int,
                                                             backend: str, queue_full: str) -> None:
     """A one-batch queue behind a learner doing 8 updates per transition: collectors wait (block) or
-    displace the oldest batch (drop_oldest, counted), and every transition is either stored or discarded."""
+    displace the oldest batch (drop_oldest, counted), and every transition is either stored or discarded.
+    """
     cfg = tiny_config("runtime.max_queue_size=1", f"runtime.queue_full={queue_full}", "agent.utd_ratio=8",
                       f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     depths: list[int] = []
     ingest = trainer._ingest
-    trainer._ingest = lambda item: (depths.append(len(trainer.queue)), ingest(item))[1]  # type: ignore[method-assign]
+
+    def record_depth(item: CollectorBatch) -> None:
+        depths.append(len(trainer.queue))
+        ingest(item)
+
+    trainer._ingest = record_depth  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     assert max(depths) <= 1 and row["env_steps"] == 384
     assert len(trainer.buffer) + trainer.gate.discarded == 384
@@ -295,7 +304,8 @@ def test_a_slow_collector_holds_no_one_back(tiny_config: Callable[..., Config], 
 def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[..., Config], thread_baseline: int,
                                                           backend: str, no_leaks: None) -> None:
     """A stop (what Ctrl-C and SIGTERM set) in the middle of a busy run: the queue is drained into the
-    buffer, workers end, a final checkpoint holds exactly the env steps taken."""
+    buffer, workers end, a final checkpoint holds exactly the env steps taken.
+    """
     cfg = tiny_config(f"runtime.backend={backend}", "total_env_steps=100000", "runtime.num_collectors=3")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     ingest = trainer._ingest
@@ -305,7 +315,7 @@ def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[
         if trainer.env_steps >= 256:
             trainer.stop_event.set()
 
-    trainer._ingest = stop_after_some  # type: ignore[method-assign]
+    trainer._ingest = stop_after_some  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     assert 256 <= row["env_steps"] < 100000 and len(trainer.buffer) == trainer.env_steps
     assert not any(c.is_alive() for c in trainer.pool.collectors.values())

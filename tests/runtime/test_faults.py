@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 import torch
@@ -27,7 +27,8 @@ def test_a_failed_collector_is_restarted_from_the_newest_weights(
     no_leaks: None,
 ) -> None:
     """One collector, so its replacement must collect the rest of the budget (the failed batch's
-    reservation is handed back): the run completes, and the replacement acts with published weights."""
+    reservation is handed back): the run completes, and the replacement acts with published weights.
+    """
     cfg = tiny_config("runtime.num_collectors=1", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("raise", {0}, at_step=100))
     row = trainer.run()
@@ -59,7 +60,8 @@ def test_a_hung_collector_is_reported_and_the_run_goes_on(
     no_leaks: None,
 ) -> None:
     """A thread cannot be killed: it is abandoned and the others collect the rest. A process is terminated
-    and replaced (a restart), and its in-flight reservation goes back to the gate."""
+    and replaced (a restart), and its in-flight reservation goes back to the gate.
+    """
     cfg = tiny_config("runtime.collector_timeout_s=3", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("hang", {1}, at_step=40))
     row = trainer.run()
@@ -104,7 +106,8 @@ def test_a_nan_observation_resets_only_the_poisoned_env(
     tiny_config: Callable[..., Config], thread_baseline: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """runtime.nonfinite=drop restarts just the env that returned NaN (env 2, at vector step 30): the
-    healthy envs of the same vector env keep their episodes, and their returns accumulate on."""
+    healthy envs of the same vector env keep their episodes, and their returns accumulate on.
+    """
     cfg = tiny_config("runtime.nonfinite=drop", "runtime.num_collectors=1", "env.num_envs=4")
     limit, nan_at, poisoned = 40, 30, 2
 

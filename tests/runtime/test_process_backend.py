@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -50,8 +50,8 @@ def test_what_may_not_cross_into_a_child_is_refused_naming_the_field(value: obje
 
 
 def test_a_live_env_is_refused_and_plain_data_passes() -> None:
-    from mbpo.runtime.collectors import CollectorSetup
     from mbpo.config import AgentConfig
+    from mbpo.runtime.collectors import CollectorSetup
 
     env = envs.make("Pendulum-v1", 1)
     with pytest.raises(NotPlainError, match=r"spec\[0\] is a live env \(ClassicVecEnv\); send its id"):
@@ -74,14 +74,16 @@ def test_a_process_run_with_a_local_env_factory_stops_before_any_child_starts(
 
     cfg = tiny_config("runtime.backend=process")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=local_factory)
-    with pytest.raises(NotPlainError, match=r"collector 0's spec.env_factory \(function\) cannot be sent.*module level"):
+    match = r"collector 0's spec.env_factory \(function\) cannot be sent.*module level"
+    with pytest.raises(NotPlainError, match=match):
         trainer.run()
 
 
 def test_a_child_never_reads_a_half_written_snapshot() -> None:
     """The learner publishes all-zero and all-one weights alternately, as fast as it can, while two
     children read: every snapshot a child gets is all zeros or all ones (the sequence check retries the
-    rest). Zeros and ones alternate per buffer, so a copy overtaken by a write would show a mix."""
+    rest). Zeros and ones alternate per buffer, so a copy overtaken by a write would show a mix.
+    """
     ctx = mp.get_context("spawn")
     template = {"actor": {"w": torch.zeros(1 << 20)}, "epsilon": 0.0, "num_updates": 0}
     weights = SharedWeights(template, ctx)

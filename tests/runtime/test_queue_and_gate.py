@@ -46,7 +46,7 @@ def _gate(**kw: object) -> RatioGate:
     args = dict(total_env_steps=1000, num_envs=1, learning_starts=100, utd_ratio=2.0, train_freq=None,
                 tolerance=0.1, min_lead=10)
     args.update(kw)
-    return RatioGate(**args)  # type: ignore[arg-type]
+    return RatioGate(**args)  # type: ignore[arg-type]  # the defaults, overridden by keyword per test
 
 
 def test_gate_holds_collectors_until_the_learner_catches_up() -> None:
@@ -56,7 +56,7 @@ def test_gate_holds_collectors_until_the_learner_catches_up() -> None:
     assert gate.updates_due() == 2  # the step reaching learning_starts earns updates, as in the SyncTrainer
     # The next batch would put the learner 10+ transitions behind: the collector must wait.
     waited = []
-    stop_while_waiting = lambda: (waited.append(1), stop.set())  # noqa: E731
+    stop_while_waiting = lambda: (waited.append(1), stop.set())  # noqa: E731 - stop from inside the wait
     assert gate.reserve(10, stop, stop_while_waiting)[1] == 0 and waited
     stop.clear()
     gate.add(updates=2)

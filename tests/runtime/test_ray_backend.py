@@ -11,14 +11,19 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from mbpo.config import Config
+from mbpo.runtime.collectors import CollectorBatch
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import faulty
+
+if TYPE_CHECKING:
+    from mbpo.runtime.backends.ray import RayCollector
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
@@ -60,12 +65,12 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     opened: list[set[tuple[str, int]]] = []
     ingest = trainer._ingest
 
-    def look_while_running(item: object) -> None:
+    def look_while_running(item: CollectorBatch) -> None:
         if not opened:
             opened.append(listening() - before)
-        ingest(item)  # type: ignore[arg-type]
+        ingest(item)
 
-    trainer._ingest = look_while_running  # type: ignore[method-assign]
+    trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["utd_ratio_realised"] == pytest.approx(2.0)
     assert opened[0] and all(is_loopback(address) for address, _ in opened[0]), opened[0]
@@ -74,7 +79,7 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
 
 
 @pytest.fixture(scope="module")
-def local_cluster():  # type: ignore[no-untyped-def]
+def local_cluster() -> Iterator[str]:
     """One loopback Ray for the fault tests, joined by address (a joined Ray is left running)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     info = ray.init(num_cpus=3, include_dashboard=False, configure_logging=False)
@@ -110,7 +115,8 @@ def test_a_hung_actor_is_killed_and_replaced(tiny_config: Callable[..., Config],
 
 def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
     """Two raylets on this machine (1 CPU each), one collector on each; a node is removed once both have
-    delivered data, and the run goes on with that collector restarted on the remaining node."""
+    delivered data, and the run goes on with that collector restarted on the remaining node.
+    """
     from ray.cluster_utils import Cluster
 
     if ray.is_initialized():
@@ -126,9 +132,9 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
         nodes_seen: set[str] = set()
         ingest, removed, after = trainer._ingest, [], []
 
-        def remove_a_node_once_both_produced(item: object) -> None:
-            ingest(item)  # type: ignore[arg-type]
-            collector = trainer.pool.collectors[item.collector_id]  # type: ignore[attr-defined]
+        def remove_a_node_once_both_produced(item: CollectorBatch) -> None:
+            ingest(item)
+            collector = cast("RayCollector", trainer.pool.collectors[item.collector_id])  # runtime.backend=ray
             nodes_seen.update(collector.node_ids)
             if len(nodes_seen) == 2 and not removed:
                 removed.append(True)
@@ -137,12 +143,13 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
                 after.append(item)  # the replacement delivers: enough, stop as Ctrl-C would
                 trainer.stop_event.set()
 
-        trainer._ingest = remove_a_node_once_both_produced  # type: ignore[method-assign]
+        trainer._ingest = remove_a_node_once_both_produced  # type: ignore[method-assign]  # a spy on ingestion
         row = trainer.run()
         assert removed and len(nodes_seen) == 2 and after
         assert row["collector_restarts"] == 1 and len(trainer.buffer) == row["env_steps"]
         survivor = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        assert all(trainer.pool.collectors[i].node_ids <= survivor for i in (0, 1) if trainer.pool.collectors[i].incarnation)
+        collectors = [trainer.pool.collectors[i] for i in (0, 1)]
+        assert all(c.node_ids <= survivor for c in collectors if c.incarnation)
     finally:
         ray.shutdown()
         cluster.shutdown()

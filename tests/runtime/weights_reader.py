@@ -9,7 +9,8 @@ from mbpo.runtime.shared_weights import SharedWeights
 
 def read_snapshots(weights: SharedWeights, reads: int, conn: Connection) -> None:
     """Say ready, wait for go, read ``reads`` snapshots while the parent publishes; report how many were a mix
-    (a tensor neither all zeros nor all ones, or a scalar from another publication than the tensor)."""
+    (a tensor neither all zeros nor all ones, or a scalar from another publication than the tensor).
+    """
     conn.send("ready")
     conn.recv()
     mixed = 0

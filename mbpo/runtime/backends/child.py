@@ -17,11 +17,12 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from multiprocessing.connection import Connection
+from typing import Any
 
 import torch
-from multiprocessing.connection import Connection
 
 from mbpo.runtime.collectors import CollectorSetup, EnvStepper
 from mbpo.runtime.shared_ring import SharedRing

@@ -29,14 +29,20 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from mbpo.debug import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
-    COLLECTOR_ID, POLICY_VERSION, CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped,
+    COLLECTOR_ID,
+    POLICY_VERSION,
+    CollectorBatch,
+    CollectorLoop,
+    CollectorSetup,
+    CollectorStopped,
     NonFiniteEnvError,
 )
 from mbpo.runtime.gate import RatioGate
@@ -136,7 +142,8 @@ class ProcessCollector(CollectorLoop):
     def _prepare(self) -> None:
         """Wait for the child to say it is ready. Starting a Python interpreter and importing torch takes
         seconds (more with several children on few cores), so it is timed by START_TIMEOUT_S, not by
-        runtime.collector_timeout_s: the proxy beats for it meanwhile."""
+        runtime.collector_timeout_s: the proxy beats for it meanwhile.
+        """
         message = self._recv(startup_deadline=time.monotonic() + START_TIMEOUT_S)
         if message[0] != "ready":
             raise CollectorProcessError(f"collector {self.collector_id}'s process said {message[0]!r} before "
@@ -222,8 +229,9 @@ class ProcessBackend:
         rows = setup.vector_steps_per_batch * setup.num_envs
         # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
         # queue's drop_oldest has just displaced.
-        self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows, int(setup.observation_space.shape[0]),
-                               setup.action_space, extra_int64=(POLICY_VERSION, COLLECTOR_ID))
+        self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
+                               int(setup.observation_space.shape[0]), setup.action_space,
+                               extra_int64=(POLICY_VERSION, COLLECTOR_ID))
         self.shared_weights = SharedWeights(template_snapshot, self.ctx)
         self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
         weights.add_mirror(self.shared_weights.write)

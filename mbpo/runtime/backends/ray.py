@@ -26,15 +26,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mbpo.config import RayConfig
 from mbpo.errors import MbpoError
 from mbpo.runtime.backends.child import ChildSpec
 from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
-from mbpo.runtime.collectors import (
-    CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped, NonFiniteEnvError,
-)
+from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped, NonFiniteEnvError
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.queue import TransitionQueue
@@ -125,7 +124,8 @@ class RayCollector(CollectorLoop):
 
     def _result(self, ref: Any, startup: bool = False) -> Any:
         """``ray.get(ref)`` once ``ray.wait`` says it is ready; heartbeats while waiting; an actor's error or
-        death raised here (a collector's NonFiniteEnvError keeps its type)."""
+        death raised here (a collector's NonFiniteEnvError keeps its type).
+        """
         ray = self.backend.ray
         deadline = time.monotonic() + START_TIMEOUT_S
         beat_ref, asked = None, 0.0
@@ -169,7 +169,8 @@ class RayCollector(CollectorLoop):
 
 def _ordered(ray: Any) -> type:
     """The actor class with ``collect`` in a concurrency group of one: its batches run one at a time, in the
-    order asked, while the heartbeat is answered from the default group."""
+    order asked, while the heartbeat is answered from the default group.
+    """
 
     class OrderedCollectorActor(CollectorActor):
         @ray.method(concurrency_group="collect")
@@ -238,7 +239,8 @@ class RayBackend:
 
     def placement(self, collector_id: int) -> Any:
         """Collectors round-robin over the alive nodes (by node id, so the order is stable), softly: if that
-        node cannot host one (busy, or gone), Ray places it elsewhere; a replacement so avoids a dead node."""
+        node cannot host one (busy, or gone), Ray places it elsewhere; a replacement so avoids a dead node.
+        """
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])

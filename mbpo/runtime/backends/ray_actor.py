@@ -34,7 +34,8 @@ def to_numpy(tree: Any) -> Any:
 
 def to_torch(tree: Any, copy: bool = True) -> Any:
     """Inverse of :func:`to_numpy`. Ray hands out read-only arrays: ``copy=False`` wraps them anyway, for
-    data that is only read (a batch on its way into the replay buffer, which copies it)."""
+    data that is only read (a batch on its way into the replay buffer, which copies it).
+    """
     if isinstance(tree, dict):
         return {k: to_torch(v, copy) for k, v in tree.items()}
     if isinstance(tree, np.ndarray):

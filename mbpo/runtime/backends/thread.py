@@ -6,7 +6,8 @@ torch envs; a CPU-bound Python simulator is better off in a process.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
