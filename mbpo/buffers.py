@@ -23,9 +23,9 @@ from torchrl.data.replay_buffers.samplers import RandomSampler
 from mbpo.debug import check_indices
 
 __all__ = [
-    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "NEXT_OBS_VALID", "real_transitions",
-    "TRANSITION_KEYS", "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches", "transitions",
-    "replay_state", "load_replay_state", "filled_rows", "as_tensordict",
+    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "DISCOUNT", "NEXT_OBS_VALID",
+    "real_transitions", "TRANSITION_KEYS", "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches",
+    "transitions", "replay_state", "load_replay_state", "filled_rows", "as_tensordict",
 ]
 
 OBS = "obs"
@@ -39,6 +39,9 @@ the final one, e.g. Isaac Lab without ``compute_final_obs``); :func:`real_transi
 ``obs`` as ``next_obs``, so a time-out among them bootstraps from the last known state, never from the
 env's placeholder (the next episode's first observation). The model learns such a row's reward and
 termination, never its next state; the learner keeps the row."""
+DISCOUNT = "discount"
+"""float32 ``(B,)``, n-step rows only (agent.n_step > 1): ``gamma ** m`` for an m-step transition, the discount
+of its bootstrap (mbpo.nstep)."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)

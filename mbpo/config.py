@@ -30,7 +30,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mbpo.errors import MbpoError
 
-__all__ = ["Config", "ConfigError", "load_config", "config_from_yaml", "to_yaml", "describe"]
+__all__ = ["Config", "ConfigError", "load_config", "config_from_yaml", "to_yaml", "describe", "updates_per_transition",
+           "rollouts_per_transition"]
 
 
 class ConfigError(MbpoError, ValueError):
@@ -55,7 +56,12 @@ class EnvConfig:
 @dataclass
 class SACConfig:
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden layer widths of the actor and of each critic."""
+    """Hidden layer widths of the actor (and of each critic unless critic_hidden_sizes is set)."""
+    critic_hidden_sizes: list[int] | None = None
+    """Hidden layer widths of each critic; null = hidden_sizes (large-batch recipes widen the critics to
+    512-1024 and keep the actor small)."""
+    layer_norm: bool = False
+    """LayerNorm in every hidden layer of the critics (FastTD3 / FlashSAC's stabiliser for big batches)."""
     actor_lr: float = 3e-4
     """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
@@ -104,9 +110,17 @@ class AgentConfig:
     """Learner: sac (continuous actions) or dqn (discrete actions)."""
     batch_size: int = 256
     """Transitions per gradient update."""
-    utd_ratio: float = 1.0
-    """Gradient updates per collected env transition (a vector step of N envs gives N * utd_ratio). At most
-    1,000, and (total_env_steps - learning_starts) * utd_ratio updates must fit in 30 days at 20,000/s."""
+    utd_ratio: float | None = None
+    """Gradient updates per collected env transition (a vector step of N envs gives N * utd_ratio); null = 1,
+    or updates_per_vector_step / num_envs when that is set (set one of the two). At most 1,000, and
+    (total_env_steps - learning_starts) * utd_ratio updates must fit in 30 days at 20,000/s."""
+    updates_per_vector_step: float | None = None
+    """Gradient updates per vector step of num_envs envs, the large-scale recipes' unit (FastTD3, PQL): an
+    alternative to utd_ratio (= updates_per_vector_step / num_envs); null = use utd_ratio."""
+    n_step: int = 1
+    """n-step returns: each stored transition sums n discounted rewards and bootstraps with gamma**n (fewer
+    steps where an episode ends first); 1 = ordinary 1-step transitions. Not with model.enabled (the dynamics
+    model learns from 1-step transitions)."""
     learning_starts: int = 1000
     """Env transitions collected with random actions before the first update."""
     buffer_size: int = 1_000_000
@@ -150,8 +164,12 @@ class ModelConfig:
     Without it a training costs epochs x real transitions / batch_size, so it grows with the run."""
     train_freq: int = 250
     """model_train_freq: real transitions between model trainings (summed over num_envs)."""
-    rollouts_per_real: float = 400.0
-    """Branched rollouts started per real transition (paper: 100,000 starts every 250 steps)."""
+    rollouts_per_real: float | None = None
+    """Branched rollouts started per real transition (paper: 100,000 starts every 250 steps); null = 400, or
+    rollouts_per_vector_step / num_envs when that is set (set one of the two)."""
+    rollouts_per_vector_step: float | None = None
+    """Branched rollouts per vector step of num_envs envs: at 4,096 envs, 400 per real transition would start
+    1.6M branches a step; null = use rollouts_per_real."""
     rollout_schedule: list[int] = field(default_factory=lambda: [20, 100, 1, 1])
     """[start_epoch, end_epoch, start_len, end_len]: rollout length grows linearly between the epochs."""
     epoch_length: int = 1000
@@ -306,6 +324,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "env.num_envs": (1, None, True),
     "agent.batch_size": (1, None, True),
     "agent.utd_ratio": (0, None, False),
+    "agent.updates_per_vector_step": (0, None, False),
+    "agent.n_step": (1, 100, True),
     "agent.learning_starts": (0, None, True),
     "agent.buffer_size": (1, None, True),
     "agent.sac.actor_lr": (0, None, False),
@@ -334,6 +354,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.max_grad_steps": (0, None, True),
     "model.train_freq": (1, None, True),
     "model.rollouts_per_real": (0, None, True),
+    "model.rollouts_per_vector_step": (0, None, True),
     "model.epoch_length": (1, None, True),
     "model.retain_epochs": (1, None, True),
     "model.real_ratio": (0, 1, True),
@@ -437,11 +458,24 @@ def _validate(config: Config) -> None:
                           "auto (the cluster this machine belongs to) or ray://host:port")
     for key, (low, high, low_inclusive) in _RANGES.items():
         value = _get(config, key)
+        if value is None:  # an optional key left unset
+            continue
         # Written so that every comparison with NaN fails the check instead of passing it.
         above_low = low is None or (value >= low if low_inclusive else value > low)
         below_high = high is None or value <= high
         if not (above_low and below_high):
             raise ConfigError(f"{key}={value!r} is out of range; expected a value in {_interval(key)}")
+    for per, per_vector, what in (("agent.utd_ratio", "agent.updates_per_vector_step", "updates"),
+                                  ("model.rollouts_per_real", "model.rollouts_per_vector_step", "rollouts")):
+        if _get(config, per) is not None and _get(config, per_vector) is not None:
+            raise ConfigError(f"{per}={_get(config, per)} and {per_vector}={_get(config, per_vector)} both set the "
+                              f"{what} budget; set one of the two (the other is null)")
+    if config.agent.n_step > 1 and config.agent.name != "sac":
+        raise ConfigError(f"agent.n_step={config.agent.n_step} is for agent.name=sac (DQN's torchrl loss bootstraps "
+                          "with one fixed gamma); use agent.n_step=1 with dqn")
+    if config.agent.n_step > 1 and config.model.enabled:
+        raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
+                          "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
     if not config.model.holdout_ratio < 1:
         raise ConfigError(f"model.holdout_ratio={config.model.holdout_ratio!r} is out of range; expected a value "
                           "in (0, 1): some real data must remain to train on")
@@ -456,11 +490,34 @@ def _validate(config: Config) -> None:
     if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
         raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "
                           "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
-    for key in ("agent.sac.hidden_sizes", "agent.dqn.hidden_sizes", "model.hidden_sizes"):
+    for key in ("agent.sac.hidden_sizes", "agent.sac.critic_hidden_sizes", "agent.dqn.hidden_sizes",
+                "model.hidden_sizes"):
         sizes = _get(config, key)
+        if sizes is None and key == "agent.sac.critic_hidden_sizes":
+            continue
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
     _check_budgets(config)
+
+
+def updates_per_transition(config: Config) -> float:
+    """agent.utd_ratio in effect: as given, else updates_per_vector_step / num_envs, else 1."""
+    a = config.agent
+    if a.utd_ratio is not None:
+        return float(a.utd_ratio)
+    if a.updates_per_vector_step is not None:
+        return float(a.updates_per_vector_step) / config.env.num_envs
+    return 1.0
+
+
+def rollouts_per_transition(config: Config) -> float:
+    """model.rollouts_per_real in effect: as given, else rollouts_per_vector_step / num_envs, else 400."""
+    m = config.model
+    if m.rollouts_per_real is not None:
+        return float(m.rollouts_per_real)
+    if m.rollouts_per_vector_step is not None:
+        return float(m.rollouts_per_vector_step) / config.env.num_envs
+    return 400.0
 
 
 def _interval(key: str) -> str:
@@ -542,21 +599,22 @@ def _check_budgets(config: Config) -> None:
         raise ConfigError(f"total_env_steps={_num(steps)}: {too_long}; expected total_env_steps <= {_num(fits)}")
 
     a = config.agent
+    utd = updates_per_transition(config)
     learning = max(steps - a.learning_starts, 0)
-    updates = learning * a.utd_ratio
+    updates = learning * utd
     too_long = _too_long(updates, OPTIMISTIC_UPDATES_PER_S, "updates")
     if too_long:
         fits = _floor3(OPTIMISTIC_UPDATES_PER_S * MAX_RUN_DAYS * 86_400 / learning)
         cap = "" if fits <= MAX_UTD_RATIO else f" (the time limit alone allows {_num(fits)}, but no recipe uses " \
             f"more than {MAX_UTD_RATIO:,} per transition)"
         raise ConfigError(
-            f"agent.utd_ratio={_num(a.utd_ratio)} asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
-            f"({_num(steps)} - {_num(a.learning_starts)}) x {_num(a.utd_ratio)} = {_num(updates)} gradient updates; "
+            f"agent.utd_ratio={_num(utd)} asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
+            f"({_num(steps)} - {_num(a.learning_starts)}) x {_num(utd)} = {_num(updates)} gradient updates; "
             f"{too_long}; expected agent.utd_ratio <= {_num(min(fits, MAX_UTD_RATIO))}{cap}, "
             "or fewer total_env_steps")
-    if a.utd_ratio > MAX_UTD_RATIO:
+    if utd > MAX_UTD_RATIO:
         raise ConfigError(
-            f"agent.utd_ratio={_num(a.utd_ratio)} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
+            f"agent.utd_ratio={_num(utd)} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
             "published recipes use 1-20 (REDQ/DroQ 20), so this is a typo (a total count rather than a ratio?); "
             f"expected agent.utd_ratio <= {MAX_UTD_RATIO}")
 
@@ -564,26 +622,27 @@ def _check_budgets(config: Config) -> None:
     if not m.enabled:
         return
     longest = max(m.rollout_schedule[2], m.rollout_schedule[3])  # the schedule's longer end
-    given = (f"model.rollouts_per_real={_num(m.rollouts_per_real)} with a longest rollout of {longest} "
+    per_real = rollouts_per_transition(config)
+    given = (f"model.rollouts_per_real={_num(per_real)} with a longest rollout of {longest} "
              f"(model.rollout_schedule={m.rollout_schedule})")
-    rollout_steps = steps * m.rollouts_per_real * longest
+    rollout_steps = steps * per_real * longest
     too_long = _too_long(rollout_steps, OPTIMISTIC_MODEL_STEPS_PER_S, "model steps")
     if too_long:
         fits = _floor3(OPTIMISTIC_MODEL_STEPS_PER_S * MAX_RUN_DAYS * 86_400 / (steps * longest))
         raise ConfigError(
             f"{given} asks for total_env_steps x rollouts_per_real x longest rollout = {_num(steps)} x "
-            f"{_num(m.rollouts_per_real)} x {longest} = {_num(rollout_steps)} model rollout steps; {too_long}; "
+            f"{_num(per_real)} x {longest} = {_num(rollout_steps)} model rollout steps; {too_long}; "
             f"expected model.rollouts_per_real <= {_num(fits)} at this rollout length, or shorter rollouts")
-    capacity = m.rollouts_per_real * m.epoch_length * longest * m.retain_epochs
+    capacity = per_real * m.epoch_length * longest * m.retain_epochs
     if capacity > MAX_MODEL_BUFFER_TRANSITIONS:
-        per_epoch = m.rollouts_per_real * m.epoch_length * longest
+        per_epoch = per_real * m.epoch_length * longest
         fix = (f"model.retain_epochs <= {MAX_MODEL_BUFFER_TRANSITIONS // per_epoch:.0f}"
                if per_epoch <= MAX_MODEL_BUFFER_TRANSITIONS else
                f"model.rollouts_per_real <= {_num(_floor3(MAX_MODEL_BUFFER_TRANSITIONS / (m.epoch_length * longest)))}")
         raise ConfigError(
             f"{given}, model.epoch_length={m.epoch_length} and model.retain_epochs={m.retain_epochs} size the model "
             f"buffer at rollouts_per_real x epoch_length x longest rollout x retain_epochs = "
-            f"{_num(m.rollouts_per_real)} x {m.epoch_length} x {longest} x {m.retain_epochs} = {_num(capacity)} "
+            f"{_num(per_real)} x {m.epoch_length} x {longest} x {m.retain_epochs} = {_num(capacity)} "
             f"transitions, more than the {_num(MAX_MODEL_BUFFER_TRANSITIONS)} that any machine can hold "
             f"(36-168+ bytes each); expected at most {_num(MAX_MODEL_BUFFER_TRANSITIONS)}, e.g. {fix}")
 

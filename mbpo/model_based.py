@@ -54,8 +54,13 @@ class ModelBased:
         action_space: gym.spaces.Space,
         device: torch.device,
         seed: int,
+        rollouts_per_real: float | None = None,
     ) -> None:
         self.config = config
+        self.rollouts_per_real: float = (
+            rollouts_per_real if rollouts_per_real is not None
+            else config.rollouts_per_real if config.rollouts_per_real is not None else 400.0)
+        """Branches started per real transition in effect (the trainer passes config.rollouts_per_transition)."""
         self.device = device
         self.obs_dim, self.action_space = int(observation_space.shape[0]), action_space
         self.termination = None if config.learned_termination else known_termination(env_id)
@@ -82,7 +87,7 @@ class ModelBased:
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
         c = self.config
-        return max(1, int(c.rollouts_per_real * c.epoch_length * length * c.retain_epochs))
+        return max(1, int(self.rollouts_per_real * c.epoch_length * length * c.retain_epochs))
 
     # -- the two calls the trainer makes -------------------------------------------
     def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: Any) -> bool:
@@ -109,8 +114,7 @@ class ModelBased:
         """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
         since the last call, into the model buffer.
         """
-        c = self.config
-        num_starts = int(c.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
+        num_starts = int(self.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
         self.last_rollout_env_steps = env_steps
         with self.lock:
             self._after_learner_reads()
@@ -188,7 +192,7 @@ class ModelBased:
             "model_trainings_per_real": self.trainings / max(env_steps, 1),
             "model_trainings_per_real_target": 1.0 / self.config.train_freq,
             "rollouts_per_real_realised": self.rollouts_started / max(self.last_rollout_env_steps, 1),
-            "rollouts_per_real": self.config.rollouts_per_real,
+            "rollouts_per_real": self.rollouts_per_real,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,15 +10,15 @@ The envs of a vector step are independent streams; work per step is ``n`` masked
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 
-from mbpo.buffers import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
+from mbpo.buffers import DISCOUNT, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
 
-__all__ = ["NStepBuilder", "DISCOUNT"]
+__all__ = ["NStepBuilder", "DISCOUNT", "n_step_builder"]
 
-DISCOUNT = "discount"
-"""float32 ``(B,)``: ``gamma ** m`` for an m-step transition (the bootstrap's discount)."""
 
 
 class NStepBuilder:
@@ -32,9 +32,12 @@ class NStepBuilder:
         self._age: torch.Tensor | None = None  # steps since each env's episode began, capped at n
         self._t = 0
 
-    def push(self, step: TensorDict, truncated: torch.Tensor) -> TensorDict:
-        """Add one vector step (1-step transitions of every env, mbpo.buffers keys, batch ``[num_envs]``) and
-        whether each env's episode was truncated; returns the n-step transitions that are complete now.
+    def push(self, step: TensorDict, truncated: torch.Tensor, keep: torch.Tensor | None = None) -> TensorDict:
+        """Add one vector step (1-step transitions of every env, mbpo.buffers keys, batch ``[num_envs]``).
+
+        ``truncated`` says which episodes hit their time limit; returns the n-step transitions complete now.
+        Rows not in ``keep`` (a non-finite step that is dropped) emit nothing and end what their env had
+        pending. Keys other than the transition's own (the acting policy's version) come from the start step.
         """
         num_envs, device = step.shape[0], step.device
         if self._ring is None:
@@ -46,29 +49,30 @@ class NStepBuilder:
         self._t += 1
         self._age = torch.clamp(self._age + 1, max=self.n)
         done = step[TERMINATED] | truncated.to(device)
+        keep = torch.ones_like(done) if keep is None else keep.to(device)
         out = []
         ret = torch.zeros(num_envs, dtype=torch.float32, device=device)
         for d in range(self.n):  # start step t - d; its return accumulates rewards from the newest backwards
             start = self._ring[(slot - d) % self.n]
             ret = start[REWARD] + self.gamma * ret
-            emit = (done & (d < self._age)) | (~done & (d == self.n - 1) & (self._age == self.n))
-            if not bool(emit.any()):
-                continue
-            part = TensorDict({
-                OBS: start[OBS][emit], ACTION: start[ACTION][emit], REWARD: ret[emit],
-                NEXT_OBS: step[NEXT_OBS][emit], TERMINATED: step[TERMINATED][emit],
-                NEXT_OBS_VALID: step[NEXT_OBS_VALID][emit] if NEXT_OBS_VALID in step.keys() else emit[emit],
-                DISCOUNT: torch.full((int(emit.sum()),), self.gamma ** (d + 1), dtype=torch.float32, device=device),
-            }, batch_size=[int(emit.sum())], device=device)
-            out.append(part)
-        self._age = torch.where(done, torch.zeros_like(self._age), self._age)
-        if not out:
-            return step[:0].select(OBS, ACTION, REWARD, NEXT_OBS, TERMINATED).update(
-                {NEXT_OBS_VALID: torch.zeros(0, dtype=torch.bool, device=device),
-                 DISCOUNT: torch.zeros(0, dtype=torch.float32, device=device)})
+            emit = keep & ((done & (d < self._age)) | (~done & (d == self.n - 1) & (self._age == self.n)))
+            out.append(self._emit(start, step, ret, emit, d + 1))
+        self._age = torch.where(done | ~keep, torch.zeros_like(self._age), self._age)
         return torch.cat(out)
 
-    def forget(self, env_ids: torch.Tensor) -> None:
-        """Drop what is pending for these envs (their stream broke: a non-finite step was dropped)."""
-        if self._age is not None:
-            self._age[env_ids.to(self._age.device)] = 0
+    def _emit(self, start: TensorDict, end: TensorDict, ret: torch.Tensor, emit: torch.Tensor, m: int) -> TensorDict:
+        """The m-step transitions of the envs in ``emit``: from ``start``, ending with ``end``."""
+        part = start[emit].clone()
+        part[REWARD] = ret[emit]
+        for key in (NEXT_OBS, TERMINATED, NEXT_OBS_VALID):
+            if key in end.keys():
+                part[key] = end[key][emit]
+        part[DISCOUNT] = torch.full((part.shape[0],), self.gamma ** m, dtype=torch.float32, device=part.device)
+        return part
+
+
+def n_step_builder(agent: Any) -> NStepBuilder | None:
+    """The builder an agent config asks for (``agent.n_step`` > 1, SAC's gamma), else None."""
+    if agent.n_step <= 1:
+        return None
+    return NStepBuilder(agent.n_step, agent.sac.gamma)

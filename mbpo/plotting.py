@@ -27,10 +27,10 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
     """``(curve label, seed)`` of a run dir: from its config.yaml, else from ``label`` in its run.json."""
     config_path = run_dir / "config.yaml"
     if config_path.is_file():
-        from mbpo.config import config_from_yaml
+        from mbpo.config import config_from_yaml, updates_per_transition
 
         cfg = config_from_yaml(config_path.read_text())
-        extra = "" if cfg.agent.name == "dqn" else f", utd {cfg.agent.utd_ratio:g}"
+        extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}"
         return f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}", cfg.seed
     try:
         info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())

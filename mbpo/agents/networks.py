@@ -97,7 +97,11 @@ class BatchedLinear(nn.Module):
 
 
 class BatchedMLP(nn.Module):
-    """``members`` independent MLPs of the same shape evaluated together; output ``[members, B, out]``."""
+    """``members`` independent MLPs of the same shape evaluated together; output ``[members, B, out]``.
+
+    ``layer_norm`` normalises every hidden layer before its activation, with a learned scale and shift per
+    member (``nn.LayerNorm`` in each member), as the large-batch critics of FastTD3 and FlashSAC do.
+    """
 
     def __init__(
         self,
@@ -106,12 +110,17 @@ class BatchedMLP(nn.Module):
         hidden_sizes: list[int] | tuple[int, ...],
         out_dim: int,
         activation: type[nn.Module] = nn.ReLU,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         sizes = [in_dim, *hidden_sizes, out_dim]
         self.members = members
         self.layers = nn.ModuleList(BatchedLinear(members, i, o) for i, o in itertools.pairwise(sizes))
         self.activation = activation()
+        self.norm_scale = nn.ParameterList(
+            nn.Parameter(torch.ones(members, 1, h)) for h in (hidden_sizes if layer_norm else ()))
+        self.norm_shift = nn.ParameterList(
+            nn.Parameter(torch.zeros(members, 1, h)) for h in (hidden_sizes if layer_norm else ()))
 
     def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
         """``x``: ``[members, B, in]`` or ``[B, in]`` (shared); see :meth:`BatchedLinear.forward`."""
@@ -119,6 +128,11 @@ class BatchedMLP(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, detach_params)
             if i < last:
+                if len(self.norm_scale):
+                    scale, shift = self.norm_scale[i], self.norm_shift[i]
+                    if detach_params:
+                        scale, shift = scale.detach(), shift.detach()
+                    x = F.layer_norm(x, x.shape[-1:]) * scale + shift
                 x = self.activation(x)
         return x
 

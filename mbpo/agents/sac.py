@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from mbpo.agents.networks import BatchedMLP, TanhGaussianActor, bf16_autocast_supported
-from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
 from mbpo.seeding import derive
@@ -155,7 +155,8 @@ class SAC:
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
             actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes)
-            critic = BatchedMLP(2, self.obs_dim + self.act_dim, config.hidden_sizes, 1)
+            critic = BatchedMLP(2, self.obs_dim + self.act_dim, config.critic_hidden_sizes or config.hidden_sizes, 1,
+                                layer_norm=config.layer_norm)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
         self.critic = critic.to(self.device).train()
@@ -291,6 +292,7 @@ class SAC:
         of this update and counts it in ``num_skipped_updates``.
         """
         obs, action, reward, next_obs, terminated = self._check_batch(batch)
+        discount = batch[DISCOUNT] if DISCOUNT in batch.keys() else self.config.gamma  # gamma**m for m-step rows
         if not (self.actor.training and self.critic.training):
             self.actor.train()
             self.critic.train()
@@ -305,7 +307,7 @@ class SAC:
                 next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
                 next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).float().squeeze(-1)
                 next_v = next_q.min(0).values - alpha * next_log_prob
-                target = reward + c.gamma * (1.0 - terminated.float()) * next_v
+                target = reward + discount * (1.0 - terminated.float()) * next_v
             q = self.critic(torch.cat((obs, action), -1)).float().squeeze(-1)  # [2, B]
             # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
             loss_critic = (q - target).square().sum(0).mean()

@@ -32,6 +32,7 @@ from tensordict import TensorDict
 import envs
 from mbpo.buffers import real_transitions
 from mbpo.config import AgentConfig
+from mbpo.nstep import n_step_builder
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
@@ -135,6 +136,8 @@ class EnvStepper:
         self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
         """The published weight version the policy holds (0: none yet)."""
+        self.n_step = n_step_builder(setup.agent)
+        """Builds n-step transitions (agent.n_step > 1); None for 1-step."""
 
     def use_weights(self, version: int, snapshot: dict[str, Any]) -> None:
         """Load published weights into the policy, if they are newer than what it holds."""
@@ -171,9 +174,11 @@ class EnvStepper:
             if not bool(finite_cpu.all()):
                 self._nonfinite(step, finite_cpu, first + t * n)
                 dropped += int((~finite_cpu).sum())
-                step = step[finite.to(step.device)]
                 reward_cpu = torch.where(finite_cpu, reward_cpu, 0.0)
-            parts.append(step)
+            if self.n_step is not None:  # n-step transitions: emitted as their windows close
+                parts.append(self.n_step.push(step, truncated, keep=finite))
+            else:
+                parts.append(step[finite.to(step.device)] if not bool(finite_cpu.all()) else step)
             episode_return += reward_cpu
             if bool(done_cpu.any()):
                 returns.extend(episode_return[done_cpu].tolist())

@@ -16,9 +16,10 @@ import math
 import threading
 from collections.abc import Callable
 
+from mbpo.runtime.timing import POLL_S
+
 __all__ = ["RatioGate"]
 
-POLL_S = 0.05
 
 
 class RatioGate:

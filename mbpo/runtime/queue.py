@@ -12,11 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from mbpo.runtime.timing import POLL_S
+
 __all__ = ["TransitionQueue", "QUEUE_FULL_POLICIES"]
 
 T = TypeVar("T")
 QUEUE_FULL_POLICIES = ("block", "drop_oldest")
-POLL_S = 0.05
 
 
 class TransitionQueue(Generic[T]):

@@ -23,10 +23,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mbpo.buffers import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
+from mbpo.runtime.timing import POLL_S
 
 __all__ = ["SharedRing"]
 
-POLL_S = 0.05
 
 
 class SharedRing:
@@ -36,7 +36,7 @@ class SharedRing:
     """Handed to spawned children: only its shared tensors travel (as descriptors)."""
 
     def __init__(self, num_slots: int, rows: int, obs_dim: int, action_space: gym.spaces.Space,
-                 extra_int64: tuple[str, ...] = ()) -> None:
+                 extra_int64: tuple[str, ...] = (), extra_float: tuple[str, ...] = ()) -> None:
         if isinstance(action_space, gym.spaces.Discrete):
             action: tuple[tuple[int, ...], torch.dtype] = ((), torch.int64)
         else:  # Box unless Discrete
@@ -45,6 +45,7 @@ class SharedRing:
             OBS: ((obs_dim,), torch.float32), ACTION: action, REWARD: ((), torch.float32),
             NEXT_OBS: ((obs_dim,), torch.float32), TERMINATED: ((), torch.bool), NEXT_OBS_VALID: ((), torch.bool),
             **{key: ((), torch.int64) for key in extra_int64},
+            **{key: ((), torch.float32) for key in extra_float},
         }
         self.num_slots, self.rows = num_slots, rows
         self.keys = tuple(layout)

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from mbpo.runtime.timing import SEQLOCK_RETRY_S, STUCK_LOCK_S
+
 __all__ = ["SharedWeights"]
 
-STUCK_LOCK_S = 1.0  # the lock guards one integer: held longer than this, its holder is dead
-RETRY_S = 0.0005
 
 
 def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -122,7 +122,7 @@ class SharedWeights:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no consistent weight snapshot could be read in {timeout} s (two publications "
                                    "overtook every copy: is runtime.publish_every very small?)")
-            time.sleep(RETRY_S)
+            time.sleep(SEQLOCK_RETRY_S)
 
     def _unflatten(self, copies: dict[str, torch.Tensor]) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -33,8 +33,8 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import NEXT_OBS_VALID, TRANSITION_KEYS
-from mbpo.config import Config
+from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, TRANSITION_KEYS
+from mbpo.config import Config, updates_per_transition
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
 from mbpo.metrics import MetricsLogger
@@ -45,6 +45,7 @@ from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
+from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
 from mbpo.trainers.base import Trainer
 
@@ -52,8 +53,6 @@ __all__ = ["AsyncTrainer", "EnvFactory"]
 
 EnvFactory = Callable[[int, int, int], envs.VecEnv]
 """``(collector_id, incarnation, seed) -> VecEnv``: how collectors get their envs (tests wrap faults in)."""
-POLL_S = 0.05
-SUPERVISE_EVERY_S = 0.5
 
 
 class AsyncTrainer(Trainer):
@@ -75,7 +74,7 @@ class AsyncTrainer(Trainer):
         self.real_lock = threading.Lock()
         steps_per_batch = -(-rt.collection_batch_size // n)
         self.gate = RatioGate(
-            config.total_env_steps, n, config.agent.learning_starts, config.agent.utd_ratio,
+            config.total_env_steps, n, config.agent.learning_starts, updates_per_transition(config),
             config.model.train_freq if self.model is not None else None, rt.ratio_tolerance,
             min_lead=steps_per_batch * n)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
@@ -271,7 +270,8 @@ class AsyncTrainer(Trainer):
         n = data.shape[0]
         with self.real_lock:
             if n:
-                self.buffer.extend(data.select(*TRANSITION_KEYS, NEXT_OBS_VALID).to(device))
+                keys = (*TRANSITION_KEYS, NEXT_OBS_VALID, *((DISCOUNT,) if DISCOUNT in data.keys() else ()))
+                self.buffer.extend(data.select(*keys).to(device))
             self.gate.add(ingested=item.env_steps)
         item.release()  # copied into the replay buffer: a shared-memory slot can take the next batch
         self.env_steps = self.gate.ingested + self.gate.discarded  # env interactions, dropped batches included

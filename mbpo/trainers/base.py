@@ -22,7 +22,7 @@ import envs
 from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
-from mbpo.config import Config, ConfigError, config_from_yaml, to_yaml
+from mbpo.config import Config, ConfigError, config_from_yaml, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.devices import DevicePlan
 from mbpo.errors import MbpoError
 from mbpo.evaluation import evaluate
@@ -74,6 +74,8 @@ class Trainer:
         """
         self.config = config
         self.run_dir = Path(run_dir)
+        self.utd_ratio = updates_per_transition(config)
+        """Gradient updates per collected transition in effect (agent.utd_ratio or updates_per_vector_step)."""
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
         seed_everything(config.seed)
         requested = config.device
@@ -125,7 +127,7 @@ class Trainer:
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
-                                    device, self.seed("model"))
+                                    device, self.seed("model"), rollouts_per_transition(config))
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()
@@ -146,7 +148,8 @@ class Trainer:
         row = transition_bytes(self.env.obs_dim, self.env.action_space)
         replay = row * config.agent.buffer_size
         m = config.model
-        model_rows = int(m.rollouts_per_real * m.epoch_length * max(m.rollout_schedule[2:]) * m.retain_epochs)
+        model_rows = int(rollouts_per_transition(config) * m.epoch_length * max(m.rollout_schedule[2:])
+                         * m.retain_epochs)
         model = (row + 8) * model_rows if m.enabled else 0  # + the model_version column
         available = envs.available_memory(device)
         parts = [f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}"]
@@ -211,16 +214,15 @@ class Trainer:
         return self.seed("eval", self.env_steps)
 
     def _row(self, wall_s: float, rates: dict[str, float], evaluated: bool) -> dict[str, Any]:
-        cfg = self.config.agent
         row: dict[str, Any] = {
             "env_steps": self.env_steps,
             "updates": self.agent.num_updates,
             "wall_s": round(wall_s, 3),
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
-            "utd_ratio": cfg.utd_ratio,
+            "utd_ratio": self.utd_ratio,
             "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
-            "updates_per_vector_step": self.config.env.num_envs * cfg.utd_ratio,
+            "updates_per_vector_step": self.config.env.num_envs * self.utd_ratio,
             "skipped_updates": self.agent.num_skipped_updates,
             **{k: round(v, 3) for k, v in rates.items()},
         }

@@ -25,6 +25,7 @@ import envs
 from mbpo.buffers import real_transitions
 from mbpo.config import Config
 from mbpo.metrics import MetricsLogger
+from mbpo.nstep import n_step_builder
 from mbpo.trainers.base import Trainer
 
 __all__ = ["SyncTrainer"]
@@ -36,6 +37,7 @@ class SyncTrainer(Trainer):
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         super().__init__(config, run_dir)
         self._action_generator = torch.Generator().manual_seed(self.seed("actions"))
+        self._n_step = n_step_builder(config.agent)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None
 
@@ -71,7 +73,7 @@ class SyncTrainer(Trainer):
                 self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
             if self.env_steps >= cfg.agent.learning_starts:
                 self.learning_env_steps += n
-                owed = math.floor(self.learning_env_steps * cfg.agent.utd_ratio + 1e-9) - self.updates_issued
+                owed = math.floor(self.learning_env_steps * self.utd_ratio + 1e-9) - self.updates_issued
                 for batch in self.policy_batches(owed):
                     self.agent.update(batch)  # metrics: pop_metrics() at log time
                 self.updates_issued += owed
@@ -104,7 +106,11 @@ class SyncTrainer(Trainer):
             actions = self.agent.act(obs.cpu(), explore=True).to(self.env.device)
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         done = terminated | truncated
-        self.buffer.extend(real_transitions(obs, actions, reward, next_obs, terminated, truncated, info))
+        data = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+        if self._n_step is not None:
+            data = self._n_step.push(data, truncated)
+        if data.shape[0]:
+            self.buffer.extend(data)
         self._obs = next_obs
         self.env_steps += self.env.num_envs
         self._episode_return += reward.cpu().double()

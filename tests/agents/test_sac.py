@@ -425,3 +425,60 @@ def test_cuda_update_matches_cpu_and_publishes_cpu_state(cuda_device: str, monke
     assert actions.device.type == "cpu" and all(p.device.type == "cpu" for p in gpu._replica.parameters())
     with pytest.raises(ValueError, match="learner is on cuda"):
         gpu.update(batch)  # a CPU batch for a CUDA learner is a clear error, not a device-side assert
+
+
+def test_an_n_step_rows_discount_replaces_gamma_in_the_target() -> None:
+    """``discount`` (gamma**m of an m-step row) is the bootstrap's discount: gamma itself gives the 1-step
+    update bit for bit, 0 gives the update of the same rows marked terminal.
+    """
+    from mbpo.buffers import DISCOUNT
+
+    batch = make_batch()
+    one_step, with_gamma = make_sac(), make_sac()
+    one_step.update(batch)
+    with_gamma.update(batch.clone().set(DISCOUNT, torch.full((64,), one_step.config.gamma)))
+    a, b = params_of(one_step), params_of(with_gamma)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    terminal, zero = make_sac(), make_sac()
+    terminal.update(batch.clone().set("terminated", torch.ones(64, dtype=torch.bool)))
+    zero.update(batch.clone().set(DISCOUNT, torch.zeros(64)))
+    a, b = params_of(terminal), params_of(zero)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], params_of(one_step)[k]) for k in a)
+
+
+def test_layer_norm_critic_equals_per_member_layer_norm_stacks() -> None:
+    torch.manual_seed(0)
+    critic = BatchedMLP(2, 5, [16, 8], 1, layer_norm=True)
+    with torch.no_grad():
+        for scale, shift in zip(critic.norm_scale, critic.norm_shift, strict=True):
+            scale.uniform_(0.5, 1.5)
+            shift.uniform_(-0.5, 0.5)
+    x = torch.randn(7, 5)
+    out = critic(x)
+    for m in range(2):
+        layers: list[nn.Module] = []
+        for i, layer in enumerate(critic.layers):
+            linear = nn.Linear(layer.weight.shape[1], layer.weight.shape[2])
+            linear.weight.data, linear.bias.data = layer.weight[m].T.clone(), layer.bias[m].reshape(-1).clone()
+            layers.append(linear)
+            if i < len(critic.layers) - 1:
+                norm = nn.LayerNorm(linear.out_features)
+                norm.weight.data = critic.norm_scale[i][m].reshape(-1).clone()
+                norm.bias.data = critic.norm_shift[i][m].reshape(-1).clone()
+                layers += [norm, nn.ReLU()]
+        assert torch.allclose(out[m], nn.Sequential(*layers)(x), atol=1e-6)
+
+
+def test_a_wide_layer_norm_critic_trains_and_round_trips() -> None:
+    sac = make_sac(critic_hidden_sizes=[64, 64], layer_norm=True)
+    assert sac.critic.layers[0].weight.shape == (2, OBS_DIM + ACT_DIM, 64) and len(sac.critic.norm_scale) == 2
+    assert [m.out_features for m in sac.actor.modules() if isinstance(m, nn.Linear)][:2] == [32, 32]  # actor as is
+    before = sac.critic.norm_scale[0].detach().clone()
+    for _ in range(3):
+        sac.update(make_batch())
+    assert not torch.equal(before, sac.critic.norm_scale[0])  # the LayerNorm scale is learned
+    twin = make_sac(critic_hidden_sizes=[64, 64], layer_norm=True, seed=1)
+    twin.load_state_dict(sac.state_dict())
+    a, b = params_of(sac), params_of(twin)
+    assert all(torch.equal(a[k], b[k]) for k in a)

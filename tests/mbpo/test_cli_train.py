@@ -60,7 +60,7 @@ def test_config_errors_exit_2_with_the_message(capsys: pytest.CaptureFixture[str
 def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help-config"]) == 0
     out = capsys.readouterr().out
-    assert "agent.utd_ratio = 1.0\n    Gradient updates per collected env transition" in out
+    assert "agent.utd_ratio = None\n    Gradient updates per collected env transition" in out
 
 
 def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

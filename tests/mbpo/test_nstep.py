@@ -80,3 +80,21 @@ def test_every_start_is_emitted_once_its_window_closes() -> None:
     builder = NStepBuilder(n, 0.99)
     emitted = sum(builder.push(step, truncated).shape[0] for step, truncated in data)
     assert 3 * 40 - 3 * (n - 1) <= emitted <= 3 * 40
+
+
+def test_a_dropped_row_ends_its_envs_pending_starts_and_emits_no_nan() -> None:
+    data = stream(num_envs=2, steps=6, seed=1)
+    builder = NStepBuilder(3, 0.9)
+    emitted = []
+    for t, (step, truncated) in enumerate(data):
+        step[TERMINATED][:] = False
+        truncated = torch.zeros(2, dtype=torch.bool)
+        keep = torch.tensor([t != 3, True])
+        if t == 3:
+            step[REWARD][0] = float("nan")
+        emitted.append(builder.push(step, truncated, keep))
+    out = torch.cat(emitted)
+    assert bool(torch.isfinite(out[REWARD]).all())
+    starts = {e: sorted(int(t) for env, t in out[OBS].tolist() if int(env) == e) for e in (0, 1)}
+    # env 0: only the window that closed before the dropped step (t=3); its later steps start anew
+    assert starts == {0: [0], 1: [0, 1, 2, 3]}

@@ -198,3 +198,49 @@ def test_drawing_batches_ahead_changes_no_result(tmp_path: Path, monkeypatch: py
     assert results[0].keys() == results[1].keys()
     for key in results[0]:
         assert torch.equal(results[0][key], results[1][key]), key
+
+
+def test_n_step_transitions_reach_the_buffer_and_the_update(tmp_path: Path) -> None:
+    from mbpo.buffers import DISCOUNT
+
+    gamma = 0.99
+    trainer = SyncTrainer(tiny(tmp_path, "agent.n_step=3", "env.num_envs=4"), tmp_path)
+    trainer.run()
+    data = trainer.buffer[: len(trainer.buffer)]
+    windows = {min((1, 2, 3), key=lambda m: abs(d - gamma ** m)) for d in torch.unique(data[DISCOUNT]).tolist()}
+    steps = torch.round(torch.log(data[DISCOUNT]) / torch.log(torch.tensor(gamma)))
+    assert torch.allclose(data[DISCOUNT], gamma**steps)  # every row's discount is gamma to a whole power
+    assert 3 in windows and windows <= {1, 2, 3}  # Pendulum only times out: shorter windows end an episode
+    assert 400 - 4 * 2 <= len(trainer.buffer) <= 400  # up to n - 1 steps per env still pending
+    assert trainer.agent.num_updates > 0 and trainer.agent.num_skipped_updates == 0
+
+
+def test_updates_per_vector_step_is_the_same_budget_as_utd_ratio(tmp_path: Path) -> None:
+    a = SyncTrainer(tiny(tmp_path / "a", "env.num_envs=4", "agent.updates_per_vector_step=2"), tmp_path / "a")
+    b = SyncTrainer(tiny(tmp_path / "b", "env.num_envs=4", "agent.utd_ratio=0.5"), tmp_path / "b")
+    a.run()
+    b.run()
+    assert a.agent.num_updates == b.agent.num_updates == (400 - 100 + 4) // 4 * 2
+    pa, pb = params(a), params(b)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_rollouts_per_vector_step_sets_the_model_budget_per_vector_step(tmp_path: Path) -> None:
+    mbpo = [v for v in VARIANTS["mbpo"] if not v.startswith("model.rollouts_per_real")]
+    trainer = SyncTrainer(tiny(tmp_path, *mbpo, "env.num_envs=4", "model.rollouts_per_vector_step=8"), tmp_path)
+    row = trainer.run()
+    assert row["rollouts_per_real"] == 2.0 and row["rollouts_per_real_realised"] == pytest.approx(2.0)
+    with pytest.raises(ConfigError, match="set one of the two"):
+        tiny(tmp_path, *mbpo, "model.rollouts_per_real=2", "model.rollouts_per_vector_step=8")
+
+
+def test_a_run_that_cannot_train_says_so_and_buffers_that_cannot_fit_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo.errors import MbpoError
+
+    SyncTrainer(tiny(tmp_path / "a", "total_env_steps=100"), tmp_path / "a")
+    err = capsys.readouterr().err
+    assert "total_env_steps=100 is at or below agent.learning_starts=100: this run takes random actions only" in err
+    assert "[mbpo] memory on cpu: replay buffer 1,000 x 34 B" in err  # Pendulum: 2 x 12 + 4 + 4 + 2 bytes a row
+    with pytest.raises(MbpoError, match=r"the buffers need .* GiB on cpu but only .* available.*lower agent.buffer_size"):
+        SyncTrainer(tiny(tmp_path / "b", "agent.buffer_size=100000000000"), tmp_path / "b")

@@ -321,3 +321,28 @@ def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[
     assert not any(c.is_alive() for c in trainer.pool.collectors.values())
     ckpts = sorted((trainer.run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert ckpts[-1].name == f"ckpt_{trainer.env_steps:012d}.pt"
+
+
+def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: Callable[..., Config],
+                                                                   thread_baseline: int, backend: str) -> None:
+    from mbpo.buffers import DISCOUNT
+
+    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={backend}")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    data = trainer.buffer[: len(trainer.buffer)]
+    assert row["env_steps"] == 384 and 384 - 2 * 2 * 2 <= len(trainer.buffer) <= 384  # per collector, n - 1 pending
+    assert abs(float(data[DISCOUNT].min()) - 0.99 ** 3) < 1e-6  # full 3-step windows
+    assert bool(torch.isfinite(data["reward"]).all()) and data["obs"].shape == (len(trainer.buffer), 3)
+
+
+def test_the_progress_bar_ends_at_the_env_steps_taken(tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    from mbpo.metrics import MetricsLogger
+
+    cfg = tiny_config("total_env_steps=300", "runtime.collection_batch_size=64", "runtime.num_collectors=1")
+    logger = MetricsLogger(cfg.run_dir, cfg.total_env_steps, progress=True)  # a disabled bar counts nothing
+    try:
+        row = AsyncTrainer(cfg, cfg.run_dir).run(logger)
+        assert logger.bar.n == row["env_steps"] == 300
+    finally:
+        logger.close()

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from mbpo.buffers import DISCOUNT
 from mbpo.debug import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
@@ -50,13 +51,11 @@ from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
+from mbpo.runtime.timing import POLL_S, PROCESS_START_TIMEOUT_S, TERM_GRACE_S
 from mbpo.runtime.weights import WeightStore
 
 __all__ = ["ProcessBackend", "ProcessCollector", "CollectorProcessError"]
 
-POLL_S = 0.05
-TERM_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this long
-START_TIMEOUT_S = 120.0  # from spawn to "ready": a new interpreter, torch's imports, the env and the policy
 
 
 class CollectorProcessError(RuntimeError):
@@ -141,10 +140,10 @@ class ProcessCollector(CollectorLoop):
     # -- the proxy thread ------------------------------------------------------------------
     def _prepare(self) -> None:
         """Wait for the child to say it is ready. Starting a Python interpreter and importing torch takes
-        seconds (more with several children on few cores), so it is timed by START_TIMEOUT_S, not by
+        seconds (more with several children on few cores), so it is timed by PROCESS_START_TIMEOUT_S, not by
         runtime.collector_timeout_s: the proxy beats for it meanwhile.
         """
-        message = self._recv(startup_deadline=time.monotonic() + START_TIMEOUT_S)
+        message = self._recv(startup_deadline=time.monotonic() + PROCESS_START_TIMEOUT_S)
         if message[0] != "ready":
             raise CollectorProcessError(f"collector {self.collector_id}'s process said {message[0]!r} before "
                                         "'ready'")
@@ -186,7 +185,7 @@ class ProcessCollector(CollectorLoop):
             if startup_deadline is not None:
                 if time.monotonic() > startup_deadline:
                     raise CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) did not "
-                                                f"start within {START_TIMEOUT_S:.0f} s")
+                                                f"start within {PROCESS_START_TIMEOUT_S:.0f} s")
                 self.beat()
             try:
                 if self._conn.poll(POLL_S):
@@ -231,7 +230,8 @@ class ProcessBackend:
         # queue's drop_oldest has just displaced.
         self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
                                int(setup.observation_space.shape[0]), setup.action_space,
-                               extra_int64=(POLICY_VERSION, COLLECTOR_ID))
+                               extra_int64=(POLICY_VERSION, COLLECTOR_ID),
+                               extra_float=(DISCOUNT,) if setup.agent.n_step > 1 else ())
         self.shared_weights = SharedWeights(template_snapshot, self.ctx)
         self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
         weights.add_mirror(self.shared_weights.write)

@@ -37,13 +37,11 @@ from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetu
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.timing import POLL_S, RAY_BEAT_EVERY_S, RAY_START_TIMEOUT_S
 from mbpo.runtime.weights import WeightStore
 
 __all__ = ["RayBackend", "RayCollector", "RayCollectorError", "import_ray"]
 
-POLL_S = 0.05
-BEAT_EVERY_S = 1.0  # how often the driver asks a busy actor when it last stepped
-START_TIMEOUT_S = 300.0  # placing an actor, starting its worker process, building env and policy
 INSTALL = 'pip install -e ".[ray]"'
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -127,7 +125,7 @@ class RayCollector(CollectorLoop):
         death raised here (a collector's NonFiniteEnvError keeps its type).
         """
         ray = self.backend.ray
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + RAY_START_TIMEOUT_S
         beat_ref, asked = None, 0.0
         while True:
             ready, _ = ray.wait([ref], timeout=POLL_S)
@@ -147,7 +145,7 @@ class RayCollector(CollectorLoop):
             if startup:
                 if now > deadline:
                     raise RayCollectorError(f"collector {self.collector_id}'s actor did not start within "
-                                            f"{START_TIMEOUT_S:.0f} s (are there free resources for it?)")
+                                            f"{RAY_START_TIMEOUT_S:.0f} s (are there free resources for it?)")
                 self.beat()
                 continue
             if beat_ref is not None and ray.wait([beat_ref], timeout=0)[0]:
@@ -156,7 +154,7 @@ class RayCollector(CollectorLoop):
                 except ray.exceptions.RayError:
                     pass  # the actor died: the collect ref says so next
                 beat_ref = None
-            if beat_ref is None and now - asked > BEAT_EVERY_S:
+            if beat_ref is None and now - asked > RAY_BEAT_EVERY_S:
                 beat_ref, asked = self.actor.seconds_since_step.remote(), now
 
     def _remote_error(self, exc: Any) -> BaseException:
