@@ -242,5 +242,5 @@ def test_a_run_that_cannot_train_says_so_and_buffers_that_cannot_fit_are_refused
     err = capsys.readouterr().err
     assert "total_env_steps=100 is at or below agent.learning_starts=100: this run takes random actions only" in err
     assert "[mbpo] memory on cpu: replay buffer 1,000 x 34 B" in err  # Pendulum: 2 x 12 + 4 + 4 + 2 bytes a row
-    with pytest.raises(MbpoError, match=r"the buffers need .* GiB on cpu but only .* available.*lower agent.buffer_size"):
+    with pytest.raises(MbpoError, match=r"buffers need .* GiB on cpu but only .* available.*lower agent.buffer_size"):
         SyncTrainer(tiny(tmp_path / "b", "agent.buffer_size=100000000000"), tmp_path / "b")
