@@ -502,22 +502,22 @@ def _validate(config: Config) -> None:
 
 def updates_per_transition(config: Config) -> float:
     """agent.utd_ratio in effect: as given, else updates_per_vector_step / num_envs, else 1."""
-    a = config.agent
-    if a.utd_ratio is not None:
-        return float(a.utd_ratio)
-    if a.updates_per_vector_step is not None:
-        return float(a.updates_per_vector_step) / config.env.num_envs
-    return 1.0
+    return _per_transition(config.agent.utd_ratio, config.agent.updates_per_vector_step, config.env.num_envs, 1.0)
 
 
 def rollouts_per_transition(config: Config) -> float:
     """model.rollouts_per_real in effect: as given, else rollouts_per_vector_step / num_envs, else 400."""
-    m = config.model
-    if m.rollouts_per_real is not None:
-        return float(m.rollouts_per_real)
-    if m.rollouts_per_vector_step is not None:
-        return float(m.rollouts_per_vector_step) / config.env.num_envs
-    return 400.0
+    return _per_transition(config.model.rollouts_per_real, config.model.rollouts_per_vector_step,
+                           config.env.num_envs, 400.0)
+
+
+def _per_transition(per_transition: float | None, per_vector_step: float | None, num_envs: int,
+                    default: float) -> float:
+    if per_transition is not None:
+        return float(per_transition)
+    if per_vector_step is not None:
+        return float(per_vector_step) / num_envs
+    return default
 
 
 def _interval(key: str) -> str:

@@ -13,7 +13,7 @@ import envs
 from envs.base import StepResult
 from envs.faults import FaultyEnv
 from mbpo.buffers import NEXT_OBS, OBS, REWARD
-from mbpo.config import Config
+from mbpo.config import Config, rollouts_per_transition, updates_per_transition
 from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import snapshot_batches
@@ -149,8 +149,8 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
     assert trainer.model.trainings >= (384 - 32) // 64 - 1
     assert row["model_busy"] > 0 and row["rollout_policy_version"] >= 1
     tolerance = cfg.runtime.ratio_tolerance  # the realised ratios of the gate's rule, whatever runs collectors
-    assert abs(row["utd_ratio_realised"] / cfg.agent.utd_ratio - 1) <= tolerance
-    assert abs(row["rollouts_per_real_realised"] / cfg.model.rollouts_per_real - 1) <= tolerance
+    assert abs(row["utd_ratio_realised"] / updates_per_transition(cfg) - 1) <= tolerance
+    assert abs(row["rollouts_per_real_realised"] / rollouts_per_transition(cfg) - 1) <= tolerance
     assert row["model_trainings_per_real"] >= (1 - tolerance) * (384 - 64) / 64 / 384
     buf = trainer.model.model_buffer
     newest = buf.newest(len(buf))
