@@ -121,6 +121,13 @@ class AgentConfig:
     """n-step returns: each stored transition sums n discounted rewards and bootstraps with gamma**n (fewer
     steps where an episode ends first); 1 = ordinary 1-step transitions. Not with model.enabled (the dynamics
     model learns from 1-step transitions)."""
+    obs_norm: bool = False
+    """Normalise observations by their running mean and variance (SAC): learned on the learner from every real
+    transition it stores, published with the policy's weights, so collectors, model rollouts and evaluation
+    apply the same statistics, and saved in checkpoints. The large-scale recipes (FastTD3, FastSAC) use it."""
+    compile: bool = False
+    """torch.compile the SAC update's losses, forward and backward (CUDA graphs on a GPU): same numbers as eager,
+    faster once compiled; the first update waits for the compiler (tens of seconds on a CPU)."""
     learning_starts: int = 1000
     """Env transitions collected with random actions before the first update."""
     buffer_size: int = 1_000_000
@@ -473,6 +480,12 @@ def _validate(config: Config) -> None:
     if config.agent.n_step > 1 and config.agent.name != "sac":
         raise ConfigError(f"agent.n_step={config.agent.n_step} is for agent.name=sac (DQN's torchrl loss bootstraps "
                           "with one fixed gamma); use agent.n_step=1 with dqn")
+    if config.agent.compile and config.agent.name != "sac":
+        raise ConfigError("agent.compile=true is for agent.name=sac (DQN's update is torchrl's DQNLoss); "
+                          "use agent.compile=false with dqn")
+    if config.agent.obs_norm and config.agent.name != "sac":
+        raise ConfigError("agent.obs_norm=true is for agent.name=sac (the normaliser lives in SAC's actor); "
+                          "use agent.obs_norm=false with dqn")
     if config.agent.n_step > 1 and config.model.enabled:
         raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
                           "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")

@@ -27,7 +27,8 @@ def make_agent(
             )
         from mbpo.agents.sac import SAC
 
-        return SAC(config.sac, observation_space, action_space, device, seed=seed)
+        return SAC(config.sac, observation_space, action_space, device, seed=seed, obs_norm=config.obs_norm,
+                   compile=config.compile)
     if config.name == "dqn":
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(

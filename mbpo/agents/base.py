@@ -49,6 +49,11 @@ class Agent(Protocol):
     def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Exploring actions for model rollouts, on ``device`` from the learner's own networks (no grad)."""
 
+    def observe(self, obs: torch.Tensor) -> None:
+        """Real observations ``(B, obs_dim)`` the trainer just stored: running statistics (agent.obs_norm) learn
+        from them on the learner; a no-op for a learner without any.
+        """
+
     def update(self, batch: TensorDictBase) -> Mapping[str, float]:
         """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
 

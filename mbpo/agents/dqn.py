@@ -165,6 +165,9 @@ class DQN:
         }
         return TensorDict({"observation": obs, "action": action.reshape(b).long(), "next": nxt}, batch_size=[b])
 
+    def observe(self, obs: torch.Tensor) -> None:
+        """No running statistics here: agent.obs_norm is SAC's (the config refuses it with dqn)."""
+
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One Adam step on the DQN loss; a non-finite loss or gradient skips the step entirely."""
         td = self._loss_input(batch)

@@ -8,6 +8,8 @@
   default 7 members, 4x200 SiLU) cost one kernel per layer instead of one per member.
 * :class:`TanhGaussianActor` — the SAC policy: a Gaussian squashed by tanh,
   returning action and log-prob from the same pre-tanh draw in one pass.
+* :class:`RunningObsNorm` — running observation mean/variance kept as module
+  buffers, so they travel with the actor's weights wherever those go.
 * :func:`bf16_autocast_supported` — whether bf16 autocast is real on a device.
 """
 
@@ -25,6 +27,7 @@ __all__ = [
     "BatchedLinear",
     "BatchedMLP",
     "TanhGaussianActor",
+    "RunningObsNorm",
     "squashed_gaussian_sample",
     "LOG_STD_MIN",
     "LOG_STD_MAX",
@@ -152,11 +155,59 @@ def squashed_gaussian_sample(
     return torch.tanh(u), log_prob.sum(-1)
 
 
+class RunningObsNorm(nn.Module):
+    """``clamp((obs - mean) / sqrt(var + 1e-8), -10, 10)`` with mean and variance of every observation seen.
+
+    The statistics are buffers, not parameters: no optimizer touches them, but
+    ``state_dict`` carries them, so a module holding this one publishes, checkpoints
+    and restores them with its weights. Before the first :meth:`update` it is the
+    identity (mean 0, var 1). Epsilon and clip are Stable-Baselines3's VecNormalize
+    defaults. :meth:`update` merges a batch with Chan et al.'s parallel formula
+    (exact for any split of the data) and ignores rows that are not finite, so one
+    NaN observation cannot poison the statistics.
+    """
+
+    EPS = 1e-8
+    CLIP = 10.0
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.mean: torch.Tensor
+        self.var: torch.Tensor
+        self.count: torch.Tensor
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.mean) * torch.rsqrt(self.var + self.EPS)).clamp(-self.CLIP, self.CLIP)
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor) -> None:
+        """Merge the finite rows of ``obs`` ``(B, dim)`` into the statistics (no host sync)."""
+        x = obs.to(torch.float64)
+        finite = torch.isfinite(x).all(-1, keepdim=True)
+        x = torch.where(finite, x, 0.0)
+        n_b = finite.sum().to(torch.float64)
+        mean_b = x.sum(0) / n_b.clamp(min=1)
+        var_b = torch.where(finite, (x - mean_b).square(), 0.0).sum(0) / n_b.clamp(min=1)
+        n_a, mean_a, var_a = self.count, self.mean.double(), self.var.double()
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        mean = mean_a + delta * (n_b / n.clamp(min=1))
+        var = (var_a * n_a + var_b * n_b + delta.square() * (n_a * n_b / n.clamp(min=1))) / n.clamp(min=1)
+        self.mean.copy_(torch.where(n > 0, mean, mean_a))
+        self.var.copy_(torch.where(n > 0, var, var_a))
+        self.count.copy_(n)
+
+
 class TanhGaussianActor(nn.Module):
     """SAC policy: an MLP giving mean and log-std of a Gaussian, squashed to ``[-1, 1]`` by tanh.
 
     Actions live in ``[-1, 1]``; mapping to the env's Box bounds is the agent's job
-    (so the critics see normalised actions whatever the env's scale).
+    (so the critics see normalised actions whatever the env's scale). With
+    ``obs_norm`` the actor normalises its input with a :class:`RunningObsNorm`, so
+    every copy of its weights (collectors, rollouts, checkpoints) normalises alike.
     """
 
     def __init__(
@@ -165,10 +216,12 @@ class TanhGaussianActor(nn.Module):
         act_dim: int,
         hidden_sizes: list[int] | tuple[int, ...],
         activation: type[nn.Module] = nn.ReLU,
+        obs_norm: bool = False,
     ) -> None:
         super().__init__()
         self.obs_dim = obs_dim
         self.act_dim = act_dim
+        self.obs_norm: nn.Module = RunningObsNorm(obs_dim) if obs_norm else nn.Identity()
         self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +230,7 @@ class TanhGaussianActor(nn.Module):
         The distribution maths (exp, softplus, the log-prob sum) stays in fp32: bf16
         there would cost entropy-tuning accuracy and save nothing measurable.
         """
-        mean, log_std = self.net(obs).float().chunk(2, dim=-1)
+        mean, log_std = self.net(self.obs_norm(obs)).float().chunk(2, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

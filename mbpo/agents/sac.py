@@ -19,6 +19,13 @@ learner bookkeeping:
   leaves weights, moments and step count untouched), and the target lerp
   weight is ``tau * finite``. Counters and metrics accumulate on the device; the
   host reads them only when asked (``num_updates``, metric values, ``pop_metrics``).
+* **Compiled losses** (``compile=True``): the loss maths is one pure function
+  of tensors (noise passed in), so ``torch.compile`` traces forward and backward
+  whole; CUDA graphs on a GPU, where a small update is mostly launch overhead.
+  On a CPU the update is GEMM-bound and compiling does not pay (docs/benchmarks.md).
+* **Observation normalisation** (``obs_norm=True``): running statistics inside
+  the actor (:class:`~mbpo.agents.networks.RunningObsNorm`), fed by
+  :meth:`SAC.observe`; the critics see the same normalised observations.
 * Actions: the actor works in ``[-1, 1]``; ``act()`` maps to the env's Box
   bounds and ``update()`` maps the buffer's env-scale actions back.
 """
@@ -37,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mbpo.agents.networks import BatchedMLP, TanhGaussianActor, bf16_autocast_supported
+from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor, bf16_autocast_supported
 from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
@@ -113,6 +120,8 @@ class SAC:
         action_space: gym.spaces.Box,
         device: torch.device | str,
         seed: int = 0,
+        obs_norm: bool = False,
+        compile: bool = False,
     ) -> None:
         if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
             raise TypeError(
@@ -154,18 +163,25 @@ class SAC:
         # Seed the init locally (CPU generator only) so building an agent never moves any global RNG.
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
-            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes)
+            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm)
             critic = BatchedMLP(2, self.obs_dim + self.act_dim, config.critic_hidden_sizes or config.hidden_sizes, 1,
                                 layer_norm=config.layer_norm)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
         self.critic = critic.to(self.device).train()
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False).train()
+        self.obs_norm: RunningObsNorm | None = self.actor.obs_norm if obs_norm else None  # type: ignore[assignment]
+        """Running observation statistics (agent.obs_norm); part of the actor, so they travel with its weights."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
+        self._losses = self._loss_terms
+        self._cuda_graphs = compile and self.device.type == "cuda"
+        if compile:  # CUDA graphs on a GPU (launch overhead is what a small update is made of); fused kernels on CPU
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            self._losses = torch.compile(self._loss_terms, mode=mode, dynamic=False, fullgraph=True)
 
         self.generator = torch.Generator(self.device).manual_seed(derive(seed, "update"))
         self.act_generator = torch.Generator("cpu").manual_seed(derive(seed, "act"))
@@ -259,6 +275,19 @@ class SAC:
         low, high = self._bias - self._scale, self._bias + self._scale
         return torch.clamp(self._bias + self._scale * squashed.float(), low, high)
 
+    def observe(self, obs: torch.Tensor) -> None:
+        """Merge real observations ``(B, obs_dim)`` into the running statistics (no-op without obs_norm).
+
+        The learner calls this on ingest, so statistics come from real transitions
+        only (never model rollouts); the change reaches collectors with the next
+        published snapshot and the acting replica at its next refresh.
+        """
+        if self.obs_norm is None:
+            return
+        with self._weights_lock:
+            self.obs_norm.update(obs.to(self.device))
+            self._weights_version += 1
+
     # --- learning -------------------------------------------------------------------------------
     def _noise(self, batch_size: int) -> torch.Tensor:
         """Reparameterisation noise ``[2, B, act_dim]``: ``[0]`` for ``obs``, ``[1]`` for ``next_obs``."""
@@ -299,23 +328,11 @@ class SAC:
         c = self.config
         action = (action - self._bias) / self._scale  # env bounds -> [-1, 1], the actor's space
         eps = self._noise(obs.shape[0])
-        log_alpha = self.log_alpha
-        alpha = log_alpha.detach().exp()
-        with self._autocast():
-            # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
-            with torch.no_grad():
-                next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
-                next_q = self.target_critic(torch.cat((next_obs, next_action), -1)).float().squeeze(-1)
-                next_v = next_q.min(0).values - alpha * next_log_prob
-                target = reward + discount * (1.0 - terminated.float()) * next_v
-            q = self.critic(torch.cat((obs, action), -1)).float().squeeze(-1)  # [2, B]
-            # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
-            loss_critic = (q - target).square().sum(0).mean()
-            new_action, log_prob = self.actor.sample(obs, eps[0])
-            q_new = self.critic(torch.cat((obs, new_action), -1), detach_params=True).float().squeeze(-1)
-            loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
-            loss_alpha = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-
+        if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused
+            torch.compiler.cudagraph_mark_step_begin()
+        loss_critic, loss_actor, loss_alpha, q_mean, entropy = self._losses(
+            obs, action, reward, next_obs, terminated, discount, eps)
+        alpha = self.log_alpha.detach().exp()
         for optim, _ in self._optimizers():
             optim.zero_grad(set_to_none=True)
         (loss_critic + loss_actor + loss_alpha).backward()
@@ -341,10 +358,37 @@ class SAC:
         self._counts_host = None
         with torch.no_grad():
             values = torch.cat((
-                losses, alpha.reshape(1), q.detach().mean().reshape(1), -log_prob.detach().mean().reshape(1), grad_norms
+                losses, alpha.reshape(1), q_mean.reshape(1), entropy.reshape(1), grad_norms
             ))  # fmt: skip
             self._metric_acc.add_(torch.cat((torch.where(finite, values, 0.0), applied.float())))
         return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
+
+    def _loss_terms(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
+                    terminated: torch.Tensor, discount: torch.Tensor | float,
+                    eps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Critic, actor and alpha losses (each with its own gradient path), mean Q and entropy estimate.
+
+        Pure tensor maths with the noise passed in, so ``torch.compile`` can trace
+        it whole (agent.compile): forward and backward become fused kernels.
+        """
+        log_alpha = self.log_alpha
+        alpha = log_alpha.detach().exp()
+        with self._autocast():
+            # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
+            critic_obs = self.actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
+            with torch.no_grad():
+                next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
+                next_q = self.target_critic(torch.cat((self.actor.obs_norm(next_obs), next_action), -1))
+                next_v = next_q.float().squeeze(-1).min(0).values - alpha * next_log_prob
+                target = reward + discount * (1.0 - terminated.float()) * next_v
+            q = self.critic(torch.cat((critic_obs, action), -1)).float().squeeze(-1)  # [2, B]
+            # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
+            loss_critic = (q - target).square().sum(0).mean()
+            new_action, log_prob = self.actor.sample(obs, eps[0])
+            q_new = self.critic(torch.cat((critic_obs, new_action), -1), detach_params=True).float().squeeze(-1)
+            loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
+            loss_alpha = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
 
     def _clip(self, params: list[torch.Tensor]) -> torch.Tensor:
         """Total grad norm before clipping; clips in place to ``max_grad_norm`` unless it is 0 (no sync either way)."""

@@ -33,7 +33,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, TRANSITION_KEYS
+from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.config import Config, updates_per_transition
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
@@ -272,6 +272,7 @@ class AsyncTrainer(Trainer):
             if n:
                 keys = (*TRANSITION_KEYS, NEXT_OBS_VALID, *((DISCOUNT,) if DISCOUNT in data.keys() else ()))
                 self.buffer.extend(data.select(*keys).to(device))
+                self.agent.observe(data[OBS])  # running obs statistics (agent.obs_norm): real observations only
             self.gate.add(ingested=item.env_steps)
         item.release()  # copied into the replay buffer: a shared-memory slot can take the next batch
         self.env_steps = self.gate.ingested + self.gate.discarded  # env interactions, dropped batches included

@@ -105,6 +105,7 @@ class SyncTrainer(Trainer):
         else:
             actions = self.agent.act(obs.cpu(), explore=True).to(self.env.device)
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.agent.observe(obs)  # running obs statistics (agent.obs_norm) learn from real observations only
         done = terminated | truncated
         data = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
         if self._n_step is not None:
