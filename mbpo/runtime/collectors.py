@@ -68,6 +68,10 @@ class CollectorBatch:
     """time.monotonic() when the batch was complete."""
     started_at: float = 0.0
     """time.monotonic() when its first env step began (after the collector picked up weights)."""
+    env_s: float = 0.0
+    """Seconds spent in ``env.step`` for this batch (the time breakdown's env part)."""
+    act_s: float = 0.0
+    """Seconds spent choosing actions for this batch (policy forward, or random actions in warm-up)."""
     on_release: Callable[[], None] | None = None
     """Frees the storage behind ``data`` (a shared-memory slot); None when ``data`` is the batch's own."""
 
@@ -155,13 +159,17 @@ class EnvStepper:
         dropped = 0
         started = time.monotonic()
         obs, episode_return = self.obs, self.episode_return
+        env_s = act_s = 0.0
         for t in range(vector_steps):
             random = first + t * n < self.setup.learning_starts
+            tick = time.perf_counter()
             if random:
                 actions = envs.random_actions(env, self.random_gen)
             else:
                 actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
+            tock = time.perf_counter()
             next_obs, reward, terminated, truncated, info = env.step(actions)
+            act_s, env_s = act_s + tock - tick, env_s + time.perf_counter() - tock
             self.beat()  # only a step that never returns makes a collector hung, not a slow one
             done = terminated | truncated
             step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
@@ -193,7 +201,7 @@ class EnvStepper:
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
         return CollectorBatch(data, self.collector_id, policy_version, returns, vector_steps * n, dropped,
-                              time.monotonic(), started)
+                              time.monotonic(), started, env_s=env_s, act_s=act_s)
 
     def _nonfinite(self, step: TensorDict, finite: torch.Tensor, at_transition: int) -> None:
         if self.setup.nonfinite == "drop":

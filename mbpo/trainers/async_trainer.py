@@ -278,6 +278,8 @@ class AsyncTrainer(Trainer):
         self.env_steps = self.gate.ingested + self.gate.discarded  # env interactions, dropped batches included
         self.learning_env_steps = self.gate.learning_transitions()
         self.nonfinite_dropped += item.dropped_nonfinite
+        self.time_s["env"] += item.env_s  # summed over collectors: can exceed the wall-clock
+        self.time_s["act"] += item.act_s
         self._recent_returns.extend(item.episode_returns)
         now = time.monotonic()
         self.lag_versions.append(self.weights.version - item.policy_version)
@@ -343,6 +345,9 @@ class AsyncTrainer(Trainer):
         now = time.perf_counter()
         rates = self.rates(now - self._t0, self.env_steps - self._steps0, self.agent.num_updates - self._updates0)
         self.wall_s = self._wall_start + now - self._t0
+        self.time_s["update"] = self.learner_busy_s
+        if self.model_worker is not None:
+            self.time_s["model"] = self.model_worker.busy_s
         row = self._row(self.wall_s, rates, evaluated)
         window = max(now - self._t_row, 1e-9)
         row.update({

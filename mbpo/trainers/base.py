@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ __all__ = ["Trainer", "Due", "seed_everything", "crossed", "load_for_resume", "R
            "RESUMABLE_OVERRIDES"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
+TIME_PARTS = ("env", "act", "update", "model", "eval")
+"""Where training time goes: env.step, choosing actions, gradient updates (with their batch sampling), the
+dynamics model (training and rollouts), evaluation."""
 DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
 
 
@@ -140,6 +144,9 @@ class Trainer:
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
+        self.time_s = dict.fromkeys(TIME_PARTS, 0.0)
+        """Seconds spent in each part of training since this process started it (logged as time_<part>_s).
+        Parts overlap in the async trainer (collectors, model thread and learner run at once)."""
 
     def _check_memory(self, config: Config, device: torch.device) -> None:
         """Print what the replay and model buffers will hold on ``device``; refuse, before anything is allocated,
@@ -173,8 +180,10 @@ class Trainer:
 
     def _evaluate(self, poll: Callable[[], None] | None = None) -> None:
         """The deterministic policy on the eval env, seeded per evaluation (its own stream)."""
+        start = time.perf_counter()
         self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed(), poll)))
         self.last_eval_env_steps = self.env_steps
+        self.time_s["eval"] += time.perf_counter() - start
 
     @staticmethod
     def rates(seconds: float, env_steps: int, updates: int) -> dict[str, float]:
@@ -225,6 +234,7 @@ class Trainer:
             "updates_per_vector_step": self.config.env.num_envs * self.utd_ratio,
             "skipped_updates": self.agent.num_skipped_updates,
             **{k: round(v, 3) for k, v in rates.items()},
+            **{f"time_{part}_s": round(s, 3) for part, s in self.time_s.items()},
         }
         metrics = self.agent.pop_metrics()
         metrics.pop("updates"), metrics.pop("skipped")

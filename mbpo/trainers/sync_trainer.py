@@ -69,14 +69,18 @@ class SyncTrainer(Trainer):
         while self.env_steps < cfg.total_env_steps:
             before = self.env_steps
             self._collect_step()
+            tick = time.perf_counter()
             if self.model is not None:
                 self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
+            tock = time.perf_counter()
             if self.env_steps >= cfg.agent.learning_starts:
                 self.learning_env_steps += n
                 owed = math.floor(self.learning_env_steps * self.utd_ratio + 1e-9) - self.updates_issued
                 for batch in self.policy_batches(owed):
                     self.agent.update(batch)  # metrics: pop_metrics() at log time
                 self.updates_issued += owed
+            self.time_s["model"] += tock - tick
+            self.time_s["update"] += time.perf_counter() - tock
             done = self.env_steps >= cfg.total_env_steps
             due = self.due(before, self.env_steps, done)
             if due.evaluate:
@@ -100,11 +104,15 @@ class SyncTrainer(Trainer):
     def _collect_step(self) -> None:
         obs = self._obs
         assert obs is not None, "run() resets the env before the first step"
+        tick = time.perf_counter()
         if self.env_steps < self.config.agent.learning_starts:
             actions = envs.random_actions(self.env, self._action_generator)
         else:
             actions = self.agent.act(obs.cpu(), explore=True).to(self.env.device)
+        tock = time.perf_counter()
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.time_s["act"] += tock - tick
+        self.time_s["env"] += time.perf_counter() - tock
         self.agent.observe(obs)  # running obs statistics (agent.obs_norm) learn from real observations only
         done = terminated | truncated
         data = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)

@@ -88,7 +88,8 @@ class CollectorActor:
                               self.env.obs_dim, self.env.action_space)
         return {"data": to_numpy(batch.data.to_dict()), "policy_version": batch.policy_version,
                 "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
-                "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at}
+                "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at,
+                "env_s": batch.env_s, "act_s": batch.act_s}
 
     def close(self) -> None:
         self.env.close()
