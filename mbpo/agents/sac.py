@@ -20,9 +20,10 @@ learner bookkeeping:
   weight is ``tau * finite``. Counters and metrics accumulate on the device; the
   host reads them only when asked (``num_updates``, metric values, ``pop_metrics``).
 * **Compiled losses** (``compile=True``): the loss maths is one pure function
-  of tensors (noise passed in), so ``torch.compile`` traces forward and backward
-  whole; CUDA graphs on a GPU, where a small update is mostly launch overhead.
-  On a CPU the update is GEMM-bound and compiling does not pay (docs/benchmarks.md).
+  of the networks and tensors (:func:`sac_loss_terms`, noise passed in), so
+  ``torch.compile`` traces forward and backward whole; CUDA graphs on a GPU,
+  where a small update is mostly launch overhead. On a CPU the update is
+  GEMM-bound and compiling does not pay (docs/benchmarks.md).
 * **Observation normalisation** (``obs_norm=True``): running statistics inside
   the actor (:class:`~mbpo.agents.networks.RunningObsNorm`), fed by
   :meth:`SAC.observe`; the critics see the same normalised observations.
@@ -34,9 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -177,11 +179,10 @@ class SAC:
         self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
-        self._losses = self._loss_terms
+        self._losses = sac_loss_terms
         self._cuda_graphs = compile and self.device.type == "cuda"
         if compile:  # CUDA graphs on a GPU (launch overhead is what a small update is made of); fused kernels on CPU
-            mode = "reduce-overhead" if self.device.type == "cuda" else None
-            self._losses = torch.compile(self._loss_terms, mode=mode, dynamic=False, fullgraph=True)
+            self._losses = _compiled_loss_terms(self._cuda_graphs)
 
         self.generator = torch.Generator(self.device).manual_seed(derive(seed, "update"))
         self.act_generator = torch.Generator("cpu").manual_seed(derive(seed, "act"))
@@ -331,7 +332,9 @@ class SAC:
         if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused
             torch.compiler.cudagraph_mark_step_begin()
         loss_critic, loss_actor, loss_alpha, q_mean, entropy = self._losses(
-            obs, action, reward, next_obs, terminated, discount, eps)
+            self.actor, self.critic, self.target_critic, self.log_alpha, self.target_entropy,
+            self.device.type if c.precision == "bf16" else None, obs, action, reward, next_obs, terminated, discount,
+            eps)
         alpha = self.log_alpha.detach().exp()
         for optim, _ in self._optimizers():
             optim.zero_grad(set_to_none=True)
@@ -362,33 +365,6 @@ class SAC:
             ))  # fmt: skip
             self._metric_acc.add_(torch.cat((torch.where(finite, values, 0.0), applied.float())))
         return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
-
-    def _loss_terms(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-                    terminated: torch.Tensor, discount: torch.Tensor | float,
-                    eps: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Critic, actor and alpha losses (each with its own gradient path), mean Q and entropy estimate.
-
-        Pure tensor maths with the noise passed in, so ``torch.compile`` can trace
-        it whole (agent.compile): forward and backward become fused kernels.
-        """
-        log_alpha = self.log_alpha
-        alpha = log_alpha.detach().exp()
-        with self._autocast():
-            # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
-            critic_obs = self.actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
-            with torch.no_grad():
-                next_action, next_log_prob = self.actor.sample(next_obs, eps[1])
-                next_q = self.target_critic(torch.cat((self.actor.obs_norm(next_obs), next_action), -1))
-                next_v = next_q.float().squeeze(-1).min(0).values - alpha * next_log_prob
-                target = reward + discount * (1.0 - terminated.float()) * next_v
-            q = self.critic(torch.cat((critic_obs, action), -1)).float().squeeze(-1)  # [2, B]
-            # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
-            loss_critic = (q - target).square().sum(0).mean()
-            new_action, log_prob = self.actor.sample(obs, eps[0])
-            q_new = self.critic(torch.cat((critic_obs, new_action), -1), detach_params=True).float().squeeze(-1)
-            loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
-            loss_alpha = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-        return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
 
     def _clip(self, params: list[torch.Tensor]) -> torch.Tensor:
         """Total grad norm before clipping; clips in place to ``max_grad_norm`` unless it is 0 (no sync either way)."""
@@ -458,6 +434,44 @@ class SAC:
         self.act_generator.set_state(state["act_generator"])
         self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
         self._metric_acc.copy_(state["metric_acc"])
+
+
+def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: BatchedMLP, log_alpha: torch.Tensor,
+                   target_entropy: float, bf16_on: str | None, obs: torch.Tensor, action: torch.Tensor,
+                   reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+                   discount: torch.Tensor | float, eps: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Critic, actor and alpha losses (each with its own gradient path), mean Q and entropy estimate.
+
+    Pure tensor maths of its arguments (noise passed in), so ``torch.compile`` traces it whole
+    (agent.compile), and, the networks being arguments rather than one agent's attributes, one
+    compiled graph serves every agent of the same shapes. ``bf16_on``: the device type to autocast
+    to bf16 on, or None for fp32.
+    """
+    alpha = log_alpha.detach().exp()
+    autocast = torch.autocast(bf16_on, dtype=torch.bfloat16) if bf16_on else contextlib.nullcontext()
+    with autocast:
+        # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
+        critic_obs = actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
+        with torch.no_grad():
+            next_action, next_log_prob = actor.sample(next_obs, eps[1])
+            next_q = target_critic(torch.cat((actor.obs_norm(next_obs), next_action), -1))
+            next_v = next_q.float().squeeze(-1).min(0).values - alpha * next_log_prob
+            target = reward + discount * (1.0 - terminated.float()) * next_v
+        q = critic(torch.cat((critic_obs, action), -1)).float().squeeze(-1)  # [2, B]
+        # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
+        loss_critic = (q - target).square().sum(0).mean()
+        new_action, log_prob = actor.sample(obs, eps[0])
+        q_new = critic(torch.cat((critic_obs, new_action), -1), detach_params=True).float().squeeze(-1)
+        loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
+        loss_alpha = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+    return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
+
+
+@functools.cache
+def _compiled_loss_terms(cuda_graphs: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """:func:`sac_loss_terms` compiled once per mode and shared by every agent in the process."""
+    return torch.compile(sac_loss_terms, mode="reduce-overhead" if cuda_graphs else None, dynamic=False,
+                         fullgraph=True)
 
 
 def _bf16_hint(device: torch.device) -> str:
