@@ -470,6 +470,9 @@ def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: 
 @functools.cache
 def _compiled_loss_terms(cuda_graphs: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
     """:func:`sac_loss_terms` compiled once per mode and shared by every agent in the process."""
+    # One graph per shape set (sizes, batch size, precision): a process that builds agents of many shapes (a
+    # benchmark, a test suite) needs more than dynamo's default 8, and with fullgraph=True the limit is an error.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(sac_loss_terms, mode="reduce-overhead" if cuda_graphs else None, dynamic=False,
                          fullgraph=True)
 
