@@ -36,8 +36,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 import envs  # noqa: E402
 from envs.adapters.rsl_rl_export import ppo_train_cfg  # noqa: E402
+from mbpo.agents.base import Agent  # noqa: E402
 from mbpo.evaluation import evaluate  # noqa: E402
 
 EVAL_EPISODES = 50
@@ -128,14 +131,17 @@ class _PPOActor:
     def __init__(self, runner: Any, env: envs.VecEnv) -> None:
         from tensordict import TensorDict
 
-        self.policy, self.TensorDict = runner.get_inference_policy(), TensorDict
-        self.low = torch.as_tensor(env.action_space.low, dtype=torch.float32)
-        self.high = torch.as_tensor(env.action_space.high, dtype=torch.float32)
+        self.policy, self.TensorDict, self.device = runner.get_inference_policy(), TensorDict, runner.device
+        space = env.action_space
+        assert isinstance(space, gym.spaces.Box), f"PPO here is for Box actions, not {space}"
+        self.low = torch.as_tensor(space.low, dtype=torch.float32)
+        self.high = torch.as_tensor(space.high, dtype=torch.float32)
 
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """CPU obs in, CPU actions out (the evaluation loop's contract), the policy on the runner's device."""
         with torch.inference_mode():
-            actions = self.policy(self.TensorDict({"policy": obs}, batch_size=[obs.shape[0]]))
-        return actions.clamp(self.low, self.high)
+            actions = self.policy(self.TensorDict({"policy": obs.to(self.device)}, batch_size=[obs.shape[0]]))
+        return actions.cpu().clamp(self.low, self.high)
 
 
 def run_ppo(task: Task, args: argparse.Namespace) -> Curve:
@@ -148,7 +154,7 @@ def run_ppo(task: Task, args: argparse.Namespace) -> Curve:
     exported = envs.to_rsl_rl(env)
     runner = OnPolicyRunner(exported, ppo_train_cfg(), log_dir=None, device=args.device)
     totals = dict.fromkeys(("env", "act", "update"), 0.0)
-    exported.step = _Timed(exported.step, totals, "env")  # type: ignore[method-assign]
+    exported.step = _Timed(exported.step, totals, "env")
     runner.alg.act = _Timed(runner.alg.act, totals, "act")
     runner.alg.update = _Timed(runner.alg.update, totals, "update")
     runner.alg.compute_returns = _Timed(runner.alg.compute_returns, totals, "update")
@@ -162,7 +168,8 @@ def run_ppo(task: Task, args: argparse.Namespace) -> Curve:
         iteration += 1
         if iteration % task.ppo_eval_every:
             continue
-        ret = sum(evaluate(_PPOActor(runner, eval_env), eval_env, seed=args.seed + 10 + iteration)) / EVAL_EPISODES
+        actor = cast(Agent, _PPOActor(runner, eval_env))  # evaluate() only calls act()
+        ret = float(np.mean(evaluate(actor, eval_env, seed=args.seed + 10 + iteration)))
         curve.points.append((iteration * steps_per_iter, train_s, ret))
     curve.time_s = {**totals, "train": train_s}
     env.close()
@@ -178,7 +185,9 @@ def run_ours(task: Task, name: str, args: argparse.Namespace, run_root: Path) ->
            f"seed={args.seed}", f"device={args.device}", "progress=false", f"eval_episodes={EVAL_EPISODES}",
            "checkpoint.every=100000000", *overrides,
            *([f"env.num_envs={args.num_envs}"] if scale and args.num_envs else [])]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = run_root / f"{name}.stderr"  # a file, not a pipe: a chatty env cannot fill a pipe and stall the run
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.perf_counter() + 60 * args.minutes
     curve, note = Curve(), ""
     while proc.poll() is None:
@@ -192,9 +201,9 @@ def run_ours(task: Task, name: str, args: argparse.Namespace, run_root: Path) ->
         time.sleep(1.0)  # polling a file another process writes: nothing to synchronise with
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # the trainer drains, logs a last row and exits
-    _, err = proc.communicate()
+    proc.wait()
     if proc.returncode not in (0, 143, -signal.SIGTERM):
-        raise RuntimeError(f"{name} exited {proc.returncode}: {err.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"{name} exited {proc.returncode}: {log.read_text().strip().splitlines()[-1:]}")
     curve = read_curve(run_dir / "metrics.csv")
     curve.note = note or "ran its config's total_env_steps"
     return curve
