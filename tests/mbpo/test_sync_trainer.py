@@ -11,9 +11,10 @@ import envs
 from mbpo.config import Config, ConfigError, load_config
 from mbpo.metrics import read_metrics
 from mbpo.trainers import SyncTrainer
+from mbpo.trainers.base import TIME_PARTS
 
 pytestmark = pytest.mark.timeout(120)
-TIMING = {"wall_s", "env_steps_per_s", "updates_per_s"}
+TIMING = {"wall_s", "env_steps_per_s", "updates_per_s", *(f"time_{part}_s" for part in TIME_PARTS)}
 
 
 def tiny(run_dir: Path, *overrides: str) -> Config:
