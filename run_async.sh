@@ -30,7 +30,7 @@ ensure_venv() {
 }
 
 # extras_for ARGS: the pip extras a command line needs beyond the base install: mjlab for an Mjlab- env id,
-# ray for runtime.backend=ray, whether on the command line or in the --config file.
+# ray for runtime.backend=ray, whether on the command line or in the --config file; plots for `plot`.
 extras_for() {
   local text="" config="" prev="" extras=()
   for a in "$@"; do
@@ -42,6 +42,7 @@ extras_for() {
   [[ -n "$config" && -f "$config" ]] && text+=" $(cat "$config")"
   [[ "$text" == *Mjlab-* ]] && extras+=(mjlab)
   [[ "$text" =~ (runtime\.backend=ray|backend:[[:space:]]*ray) ]] && extras+=(ray)
+  [[ "${1:-}" == plot ]] && extras+=(plots)
   local IFS=,
   echo "${extras[*]}"
 }
