@@ -47,9 +47,15 @@ class RunDirBusyError(MbpoError):
 
 
 def config_hash(config: Config | str) -> str:
-    """What makes two configs the same run: every key but run length, cadence and location."""
-    cfg = config_from_yaml(config) if isinstance(config, str) else config
-    data = OmegaConf.to_container(OmegaConf.structured(cfg))
+    """What makes two configs the same run: every key but run length, cadence and location.
+
+    A config YAML (as stored in a checkpoint) is hashed as written, not read through today's schema: a key
+    added to the schema later, with its default, must not change the identity of a run written before it.
+    """
+    if isinstance(config, str):
+        data = OmegaConf.to_container(OmegaConf.create(config))
+    else:
+        data = OmegaConf.to_container(OmegaConf.structured(config))
     assert isinstance(data, dict)
     for key in _NOT_IDENTITY:
         data.pop(key, None)
@@ -236,7 +242,7 @@ def check_belongs(run_dir: str | Path, path: Path, state: dict[str, Any]) -> Non
               f"{run_dir}", file=sys.stderr)
         return
     theirs = config_from_yaml(state["config"])
-    if config_hash(theirs) != ident.config_hash:
+    if config_hash(state["config"]) != ident.config_hash:
         raise ForeignCheckpointError(f"{path.name}'s config does not match the identity it records (edited by "
                                      f"hand?); {move}")
     ours = RunIdentity.read(run_dir)

@@ -17,6 +17,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.checkpoint import list_checkpoints, load_checkpoint
+from mbpo.config import load_config
 from mbpo.metrics import read_metrics
 from mbpo.run_dir import RunIdentity, RunLock, config_hash
 
@@ -134,6 +135,29 @@ def test_each_resume_is_logged_and_config_yaml_keeps_the_start(tmp_path: Path) -
     assert RunIdentity.from_dict(state["identity"]) == RunIdentity.read(run)
     on_disk = config_hash((run / "config.yaml").read_text())
     assert state["identity"]["config_hash"] == config_hash(state["config"]) == on_disk
+
+
+def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path) -> None:
+    """The schema grows (agent.obs_norm and agent.compile were added after runs existed): a checkpoint whose
+    stored config lacks them keeps its identity, so resume continues it instead of calling it foreign.
+    """
+    import torch
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    path = run / "checkpoints/ckpt_000000000150.pt"
+    state = load_checkpoint(path)
+    older = "".join(line for line in state["config"].splitlines(keepends=True)
+                    if line.strip() not in ("obs_norm: false", "compile: false"))
+    assert older.count("\n") == state["config"].count("\n") - 2
+    state["config"] = older
+    state["identity"]["config_hash"] = config_hash(older)  # what the run recorded when it was written
+    torch.save(state, path)
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, config_hash(older)).write(run, load_config(None, [f"run_dir={run}"]))
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 0
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")][-1] == "300"
 
 
 def test_resume_skips_a_corrupt_checkpoint_and_never_prunes_the_good_one(
