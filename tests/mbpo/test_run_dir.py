@@ -160,6 +160,21 @@ def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path)
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")][-1] == "300"
 
 
+def test_a_checkpoint_whose_config_was_edited_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    path = run / "checkpoints/ckpt_000000000150.pt"
+    state = load_checkpoint(path)
+    assert "gamma: 0.99" in state["config"]
+    state["config"] = state["config"].replace("gamma: 0.99", "gamma: 0.9")
+    torch.save(state, path)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
+    assert "does not match the identity it records" in capsys.readouterr().err
+
+
 def test_resume_skips_a_corrupt_checkpoint_and_never_prunes_the_good_one(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
