@@ -518,10 +518,14 @@ def updates_per_transition(config: Config) -> float:
     return _per_transition(config.agent.utd_ratio, config.agent.updates_per_vector_step, config.env.num_envs, 1.0)
 
 
+DEFAULT_ROLLOUTS_PER_REAL = 400.0
+"""Branches per real transition when neither model.rollouts_per_real nor rollouts_per_vector_step is set."""
+
+
 def rollouts_per_transition(config: Config) -> float:
     """model.rollouts_per_real in effect: as given, else rollouts_per_vector_step / num_envs, else 400."""
     return _per_transition(config.model.rollouts_per_real, config.model.rollouts_per_vector_step,
-                           config.env.num_envs, 400.0)
+                           config.env.num_envs, DEFAULT_ROLLOUTS_PER_REAL)
 
 
 def _per_transition(per_transition: float | None, per_vector_step: float | None, num_envs: int,

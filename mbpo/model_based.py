@@ -33,7 +33,7 @@ from mbpo.buffers import (
     sample_batches,
     sample_real,
 )
-from mbpo.config import ModelConfig
+from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.debug import check_indices, check_transitions
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.termination import known_termination
@@ -59,7 +59,7 @@ class ModelBased:
         self.config = config
         self.rollouts_per_real: float = (
             rollouts_per_real if rollouts_per_real is not None
-            else config.rollouts_per_real if config.rollouts_per_real is not None else 400.0)
+            else config.rollouts_per_real if config.rollouts_per_real is not None else DEFAULT_ROLLOUTS_PER_REAL)
         """Branches started per real transition in effect (the trainer passes config.rollouts_per_transition)."""
         self.device = device
         self.obs_dim, self.action_space = int(observation_space.shape[0]), action_space

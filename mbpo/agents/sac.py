@@ -172,13 +172,16 @@ class SAC:
         self.actor = actor.to(self.device).train()
         self.critic = critic.to(self.device).train()
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False).train()
-        self.obs_norm: RunningObsNorm | None = self.actor.obs_norm if obs_norm else None  # type: ignore[assignment]
+        norm = self.actor.obs_norm
+        self.obs_norm: RunningObsNorm | None = norm if isinstance(norm, RunningObsNorm) else None
         """Running observation statistics (agent.obs_norm); part of the actor, so they travel with its weights."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
         self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
+        self._bf16_on = self.device.type if config.precision == "bf16" else None
+        """The device type the update autocasts to bf16 on; None for fp32."""
         self._losses = sac_loss_terms
         self._cuda_graphs = compile and self.device.type == "cuda"
         if compile:  # CUDA graphs on a GPU (launch overhead is what a small update is made of); fused kernels on CPU
@@ -232,9 +235,7 @@ class SAC:
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.config.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return _bf16_autocast(self._bf16_on)
 
     # --- acting ---------------------------------------------------------------------------------
     @property
@@ -332,9 +333,8 @@ class SAC:
         if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused
             torch.compiler.cudagraph_mark_step_begin()
         loss_critic, loss_actor, loss_alpha, q_mean, entropy = self._losses(
-            self.actor, self.critic, self.target_critic, self.log_alpha, self.target_entropy,
-            self.device.type if c.precision == "bf16" else None, obs, action, reward, next_obs, terminated, discount,
-            eps)
+            self.actor, self.critic, self.target_critic, self.log_alpha, self.target_entropy, self._bf16_on,
+            obs, action, reward, next_obs, terminated, discount, eps)
         alpha = self.log_alpha.detach().exp()
         for optim, _ in self._optimizers():
             optim.zero_grad(set_to_none=True)
@@ -448,8 +448,7 @@ def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: 
     to bf16 on, or None for fp32.
     """
     alpha = log_alpha.detach().exp()
-    autocast = torch.autocast(bf16_on, dtype=torch.bfloat16) if bf16_on else contextlib.nullcontext()
-    with autocast:
+    with _bf16_autocast(bf16_on):
         # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
         critic_obs = actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
         with torch.no_grad():
@@ -465,6 +464,11 @@ def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: 
         loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
         loss_alpha = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
     return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
+
+
+def _bf16_autocast(device_type: str | None) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on ``device_type``, or nothing (fp32) for None."""
+    return torch.autocast(device_type, dtype=torch.bfloat16) if device_type else contextlib.nullcontext()
 
 
 @functools.cache

@@ -98,7 +98,6 @@ class AsyncTrainer(Trainer):
         self.lag_versions: list[int] = []
         self.lag_s: list[float] = []
         self.nonfinite_dropped = 0
-        self.learner_busy_s = 0.0
         self._closed = False
         self._started = self._stopped = False
         self._checkpoint_due = False
@@ -301,7 +300,7 @@ class AsyncTrainer(Trainer):
             self.agent.update(batch)
         self.updates_issued += k
         self.gate.add(updates=k)
-        self.learner_busy_s += time.perf_counter() - start
+        self.time_s["update"] += time.perf_counter() - start
         if self.updates_issued % self.config.runtime.publish_every == 0:
             self._publish()
 
@@ -333,7 +332,7 @@ class AsyncTrainer(Trainer):
             "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
             "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
             "lag": self.lag_versions[-1] if self.lag_versions else 0,
-            "busy": self.learner_busy_s / max(time.perf_counter() - self._t0, 1e-9),
+            "busy": self.time_s["update"] / max(time.perf_counter() - self._t0, 1e-9),
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
@@ -345,7 +344,6 @@ class AsyncTrainer(Trainer):
         now = time.perf_counter()
         rates = self.rates(now - self._t0, self.env_steps - self._steps0, self.agent.num_updates - self._updates0)
         self.wall_s = self._wall_start + now - self._t0
-        self.time_s["update"] = self.learner_busy_s
         if self.model_worker is not None:
             self.time_s["model"] = self.model_worker.busy_s
         row = self._row(self.wall_s, rates, evaluated)
@@ -354,7 +352,7 @@ class AsyncTrainer(Trainer):
             "queue_depth": self.queue_depth_sum / max(self.queue_samples, 1),
             "policy_lag_versions": float(np.mean(self.lag_versions)) if self.lag_versions else None,
             "policy_lag_s": float(np.mean(self.lag_s)) if self.lag_s else None,
-            "learner_busy": round((self.learner_busy_s - self._busy_row) / window, 3),
+            "learner_busy": round((self.time_s["update"] - self._busy_row) / window, 3),
             "weights_version": self.weights.version,
             "collector_restarts": self.pool.restarts,
             "hung_collectors": len(self.pool.hung),
@@ -368,7 +366,7 @@ class AsyncTrainer(Trainer):
         self.lag_versions.clear()
         self.lag_s.clear()
         self.queue_depth_sum = self.queue_samples = 0
-        self._t_row, self._busy_row = now, self.learner_busy_s
+        self._t_row, self._busy_row = now, self.time_s["update"]
         logger.log(row)
         return row
 
