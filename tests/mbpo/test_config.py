@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import mbpo.config as config_module
+import mbpo.config.validation as config_module
 from mbpo.config import Config, ConfigError, describe, load_config, to_yaml
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,0 +1,100 @@
+"""Loading a config: schema defaults, then a YAML file (or text), then dotted ``key=value`` overrides.
+
+OmegaConf structured configs do the parsing, so an unknown key or a value of the wrong type is rejected
+before anything runs; the message is reduced to what was wrong and what is expected. The result is
+validated (:func:`mbpo.config.validation.validate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from mbpo.config.schema import Config, ConfigError, resolve_type
+from mbpo.config.validation import validate
+
+__all__ = ["load_config", "config_from_yaml", "to_yaml"]
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Schema defaults, then the YAML file, then ``key=value`` overrides; validated."""
+    text = None
+    if path is not None:
+        path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config {str(path)!r} is a directory; expected a YAML file such as "
+                              "configs/pendulum_sac.yaml")
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        text = path.read_text()
+    return config_from_yaml(text, overrides, source=str(path) if path is not None else "the config")
+
+
+def config_from_yaml(text: str | None, overrides: list[str] | None = None, source: str = "the config") -> Config:
+    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint); ``source`` names it
+    in errors.
+    """
+    if text is not None:
+        _check_yaml(text, source)
+    try:
+        # merging into the structured Config keeps it a DictConfig
+        cfg: DictConfig = OmegaConf.structured(Config)
+        if text is not None:
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.create(text)))
+        for item in overrides or []:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.from_dotlist([item])))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_explain(exc)) from None
+    config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
+    validate(config)
+    return config
+
+
+def _check_yaml(text: str, source: str) -> None:
+    """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{source} is not valid YAML: {problem}{where}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{source} holds a YAML {type(data).__name__} at the top level; expected a mapping of "
+                          "config keys (e.g. 'seed: 0' and 'env:' with 'id: Pendulum-v1' under it)")
+
+
+def to_yaml(config: Config) -> str:
+    """The fully resolved config, as written to ``run_dir/config.yaml``."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def _explain(exc: OmegaConfBaseException) -> str:
+    """OmegaConf's message, reduced to what was wrong and what is expected."""
+    key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+    msg = str(exc).split("\n")[0]
+    if type(exc).__name__ == "ConfigKeyError" or "not in struct" in msg:
+        parent = key.rsplit(".", 1)[0] if key and "." in key else None
+        known = sorted(_fields_at(parent))
+        return f"unknown config key {key!r}; known keys{' under ' + parent if parent else ''}: {', '.join(known)}"
+    if type(exc).__name__ == "ValidationError":
+        return f"config key {key!r}: {msg}"
+    return f"config error at {key!r}: {msg}" if key else f"config error: {msg}"
+
+
+def _fields_at(dotted: str | None) -> list[str]:
+    cls: Any = Config
+    for part in (dotted.split(".") if dotted else []):
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        cls = resolve_type(types.get(part))
+        if cls is None:
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+

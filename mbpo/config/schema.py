@@ -1,0 +1,337 @@
+"""The run configuration's schema: typed dataclasses whose field docstrings are the help text.
+
+Every field's docstring (the string literal under it) is its help text: ``python -m mbpo --help-config``
+prints them (:func:`describe`). The effective per-transition budgets (``updates_per_transition``,
+``rollouts_per_transition``) live here beside the keys they combine.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+from mbpo.errors import MbpoError
+
+__all__ = ["Config", "ConfigError", "EnvConfig", "SACConfig", "DQNConfig", "AgentConfig", "ModelConfig",
+           "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL", "describe",
+           "updates_per_transition", "rollouts_per_transition"]
+
+class ConfigError(MbpoError, ValueError):
+    """A config file or override names an unknown key, a wrong type or an out-of-range value."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "Pendulum-v1"
+    """Env id: a native torch env (envs.list_envs()) or any gymnasium id."""
+    num_envs: int = 1
+    """Envs stepped together by the training env (the vector batch size)."""
+    source: str = "auto"
+    """Which implementation of env.id: auto (the native torch env if there is one, else mjlab or gymnasium),
+    native, or gymnasium (gymnasium's own, on CPU: e.g. CartPole-v1 as a CPU-bound simulator)."""
+    device: str | None = None
+    """Where the env's tensors live (cpu, cuda or cuda:N); null = the run's device. With device=auto
+    the whole run follows it (e.g. an mjlab env on cpu plans everything on cpu); a different explicit
+    device is a DeviceMismatchError at start-up."""
+
+
+@dataclass
+class SACConfig:
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the actor (and of each critic unless critic_hidden_sizes is set)."""
+    critic_hidden_sizes: list[int] | None = None
+    """Hidden layer widths of each critic; null = hidden_sizes (large-batch recipes widen the critics to
+    512-1024 and keep the actor small)."""
+    layer_norm: bool = False
+    """LayerNorm in every hidden layer of the critics (FastTD3 / FlashSAC's stabiliser for big batches)."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the twin critics."""
+    alpha_lr: float = 3e-4
+    """Adam learning rate of log(alpha), the entropy temperature."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature alpha."""
+    target_entropy: float | None = None
+    """Entropy target in nats; null means -act_dim (the SAC paper's heuristic)."""
+    gamma: float = 0.99
+    """Discount factor per env step."""
+    tau: float = 0.005
+    """Polyak rate of the target critics per update (1.0 = hard copy)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip per network; 0 disables clipping."""
+    precision: str = "fp32"
+    """fp32, or bf16 autocast for the update (only where the hardware supports it)."""
+
+
+@dataclass
+class DQNConfig:
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the Q-network."""
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor per env step."""
+    double: bool = True
+    """Double DQN: the online net picks the next action, the target net values it."""
+    target_update_interval: int = 500
+    """Updates between hard copies of the online net into the target net."""
+    epsilon_start: float = 1.0
+    """Exploration epsilon at update 0."""
+    epsilon_end: float = 0.05
+    """Exploration epsilon after the decay."""
+    epsilon_decay_updates: int = 10_000
+    """Updates over which epsilon decays linearly (on the learner, published with the weights)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip; 0 disables clipping."""
+
+
+@dataclass
+class AgentConfig:
+    name: str = "sac"
+    """Learner: sac (continuous actions) or dqn (discrete actions)."""
+    batch_size: int = 256
+    """Transitions per gradient update."""
+    utd_ratio: float | None = None
+    """Gradient updates per collected env transition (a vector step of N envs gives N * utd_ratio); null = 1,
+    or updates_per_vector_step / num_envs when that is set (set one of the two). At most 1,000, and
+    (total_env_steps - learning_starts) * utd_ratio updates must fit in 30 days at 20,000/s."""
+    updates_per_vector_step: float | None = None
+    """Gradient updates per vector step of num_envs envs, the large-scale recipes' unit (FastTD3, PQL): an
+    alternative to utd_ratio (= updates_per_vector_step / num_envs); null = use utd_ratio."""
+    n_step: int = 1
+    """n-step returns: each stored transition sums n discounted rewards and bootstraps with gamma**n (fewer
+    steps where an episode ends first); 1 = ordinary 1-step transitions. Not with model.enabled (the dynamics
+    model learns from 1-step transitions)."""
+    obs_norm: bool = False
+    """Normalise observations by their running mean and variance (SAC): learned on the learner from every real
+    transition it stores, published with the policy's weights, so collectors, model rollouts and evaluation
+    apply the same statistics, and saved in checkpoints. The large-scale recipes (FastTD3, FastSAC) use it."""
+    compile: bool = False
+    """torch.compile the SAC update's losses, forward and backward (CUDA graphs on a GPU): same numbers as eager,
+    faster once compiled; the first update waits for the compiler (tens of seconds on a CPU)."""
+    learning_starts: int = 1000
+    """Env transitions collected with random actions before the first update."""
+    buffer_size: int = 1_000_000
+    """Replay buffer capacity in transitions."""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC hyperparameters (used when name=sac)."""
+    dqn: DQNConfig = field(default_factory=DQNConfig)
+    """DQN hyperparameters (used when name=dqn)."""
+
+
+@dataclass
+class ModelConfig:
+    enabled: bool = False
+    """MBPO on: learn a dynamics ensemble and train the agent mostly on branched model rollouts."""
+    ensemble_size: int = 7
+    """Members of the probabilistic dynamics ensemble."""
+    num_elites: int = 5
+    """Members with the lowest holdout loss that generate rollouts."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [200, 200, 200, 200])
+    """Hidden layer widths of each member."""
+    activation: str = "swish"
+    """Hidden activation: swish (SiLU, the paper's) or relu."""
+    lr: float = 1e-3
+    """Adam learning rate of the ensemble."""
+    weight_decay: list[float] = field(default_factory=lambda: [2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4])
+    """L2 penalty per layer, input layer first (one per hidden layer plus the output layer)."""
+    logvar_bound_penalty: float = 0.01
+    """Weight of the penalty on the learned log-variance bounds (max_logvar - min_logvar)."""
+    batch_size: int = 256
+    """Transitions per ensemble gradient step."""
+    holdout_ratio: float = 0.2
+    """Fraction of the real data held out to measure the models (capped by max_holdout)."""
+    max_holdout: int = 5000
+    """Largest holdout set, in transitions."""
+    patience: int = 5
+    """Early stopping: epochs without a 1% holdout improvement of any member before training stops."""
+    max_epochs: int = 0
+    """Cap on training epochs per model training; 0 = until early stopping."""
+    max_grad_steps: int = 0
+    """Cap on ensemble gradient steps per model training (the last epoch stops part-way); 0 = no cap.
+    Without it a training costs epochs x real transitions / batch_size, so it grows with the run."""
+    train_freq: int = 250
+    """model_train_freq: real transitions between model trainings (summed over num_envs)."""
+    rollouts_per_real: float | None = None
+    """Branched rollouts started per real transition (paper: 100,000 starts every 250 steps); null = 400, or
+    rollouts_per_vector_step / num_envs when that is set (set one of the two)."""
+    rollouts_per_vector_step: float | None = None
+    """Branched rollouts per vector step of num_envs envs: at 4,096 envs, 400 per real transition would start
+    1.6M branches a step; null = use rollouts_per_real."""
+    rollout_schedule: list[int] = field(default_factory=lambda: [20, 100, 1, 1])
+    """[start_epoch, end_epoch, start_len, end_len]: rollout length grows linearly between the epochs."""
+    epoch_length: int = 1000
+    """Real transitions per MBPO epoch (the unit of rollout_schedule and retain_epochs)."""
+    retain_epochs: int = 1
+    """The model buffer holds the rollouts of this many epochs."""
+    real_ratio: float = 0.05
+    """Fraction of real transitions in each policy batch; the rest comes from the model buffer."""
+    learned_termination: bool = False
+    """Learn a termination head even where a known termination function exists."""
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10_000
+    """Env transitions between checkpoints (a final one is always written)."""
+    keep: int = 3
+    """How many of the newest checkpoints to keep on disk."""
+
+
+@dataclass
+class RayConfig:
+    address: str | None = None
+    """null: start a private local Ray (loopback only, no dashboard, no usage stats) and shut it down at the
+    end; auto or ray://host:port: join that cluster (it is left running)."""
+    num_cpus: float | None = None
+    """CPUs of the private local Ray; null = num_collectors x num_cpus_per_collector + 1 (the driver)."""
+    num_cpus_per_collector: float = 1.0
+    """CPUs each collector actor reserves (fractions let several share a CPU)."""
+    num_gpus_per_collector: float = 0.0
+    """GPUs each collector actor reserves; a collector with a GPU builds its env on its own cuda:0."""
+    env_device: str | None = None
+    """The device of each collector's env, as that actor sees it; null = cuda:0 with a GPU, else cpu."""
+
+
+@dataclass
+class RuntimeConfig:
+    backend: str = "thread"
+    """Where collectors run: thread (in the trainer's process; GPU envs, fast torch envs), process (a spawned
+    process each: CPU-bound or flaky simulators, more cores, several GPUs) or ray (Ray actors, on any node of
+    a cluster; the ray extra). See README "Backends"."""
+    num_collectors: int = 1
+    """Collectors, each with its own vectorized env (env.num_envs envs) and CPU policy replica."""
+    collection_batch_size: int = 64
+    """Transitions per batch a collector pushes (rounded up to whole vector steps of env.num_envs)."""
+    max_queue_size: int = 8
+    """Batches the collector -> learner queue holds; memory stays bounded whatever the learner's speed."""
+    queue_full: str = "block"
+    """What a collector does when the queue is full: block (wait for the learner) or drop_oldest (count it)."""
+    publish_every: int = 20
+    """Policy updates between versioned CPU weight snapshots published to the collectors."""
+    ratio_tolerance: float = 0.1
+    """Realised utd_ratio, model trainings and rollouts per real transition stay within this fraction of
+    their targets: collectors wait when they run further ahead."""
+    collector_timeout_s: float = 60.0
+    """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
+    waiting on the queue or the ratio gate) is hung: a process is terminated and replaced (counted as a
+    restart); a thread, which cannot be killed, is reported and the run goes on with the rest."""
+    max_restarts: int = 3
+    """Collector failures restarted (from the latest snapshot) before the run stops with an error."""
+    shutdown_timeout_s: float = 10.0
+    """Deadline for joining the worker threads on stop, Ctrl-C or SIGTERM."""
+    nonfinite: str = "raise"
+    """A non-finite observation or reward from an env: raise (naming env index and field) or drop (count it)."""
+    learner_threads: int = 1
+    """torch intra-op threads of the learner thread (policy updates)."""
+    model_threads: int = 1
+    """torch intra-op threads of the model thread (ensemble training and rollouts)."""
+    collector_threads: int = 1
+    """torch intra-op threads of each collector thread (CPU acting)."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Where Ray runs and what each collector actor reserves (runtime.backend=ray)."""
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    """Seed of every RNG (python, numpy, torch, envs, replay sampling)."""
+    device: str = "auto"
+    """Device of env, learner and buffers: auto (cuda if available), cpu, cuda or cuda:N."""
+    total_env_steps: int = 20_000
+    """Env transitions to collect in total (summed over num_envs)."""
+    eval_every: int = 1_000
+    """Env transitions between evaluations of the deterministic policy."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, run on a separate env instance."""
+    log_every: int = 1_000
+    """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
+    run_dir: str | None = None
+    """Where the run writes config.yaml, metrics.csv and checkpoints; null = a new
+    runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid> under the current directory."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+    torch_threads: int = 1
+    """torch intra-op threads of the learner; RL-sized nets run fastest on 1-2, more only contend."""
+    trainer: str = "async"
+    """async (collector threads, model thread and learner overlap) or sync (the reference loop)."""
+    debug: bool = False
+    """Debug mode (--debug): anomaly detection, one collector, a small queue, checks at every hand-off."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The training env (evaluation builds a separate one of the same id)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The learner."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The dynamics ensemble and branched rollouts (MBPO); model.enabled=false gives the plain learner."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """The async runtime: collectors, queue, weight publishing, ratio gating, supervision."""
+
+
+def updates_per_transition(config: Config) -> float:
+    """agent.utd_ratio in effect: as given, else updates_per_vector_step / num_envs, else 1."""
+    return _per_transition(config.agent.utd_ratio, config.agent.updates_per_vector_step, config.env.num_envs, 1.0)
+
+
+DEFAULT_ROLLOUTS_PER_REAL = 400.0
+"""Branches per real transition when neither model.rollouts_per_real nor rollouts_per_vector_step is set."""
+
+
+def rollouts_per_transition(config: Config) -> float:
+    """model.rollouts_per_real in effect: as given, else rollouts_per_vector_step / num_envs, else 400."""
+    return _per_transition(config.model.rollouts_per_real, config.model.rollouts_per_vector_step,
+                           config.env.num_envs, DEFAULT_ROLLOUTS_PER_REAL)
+
+
+def _per_transition(per_transition: float | None, per_vector_step: float | None, num_envs: int,
+                    default: float) -> float:
+    if per_transition is not None:
+        return float(per_transition)
+    if per_vector_step is not None:
+        return float(per_vector_step) / num_envs
+    return default
+
+
+def resolve_type(t: Any) -> Any:
+    """The config dataclass a field's annotation names (a string under postponed annotations), or None."""
+    if isinstance(t, str):
+        t = globals().get(t)
+    return t if dataclasses.is_dataclass(t) else None
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, docstring)`` for every leaf field, read from the schema's source."""
+    docs = _field_docstrings(cls)
+    out: list[tuple[str, str, str]] = []
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        nested = resolve_type(f.type)
+        if nested is not None:
+            out += describe(nested, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", repr(getattr(instance, f.name)), docs.get(f.name, "")))
+    return out
+
+
+def _field_docstrings(cls: type) -> dict[str, str]:
+    class_def = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(class_def, ast.ClassDef), f"{cls.__name__}'s source is not a class definition"
+    body = class_def.body
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs

@@ -1,0 +1,318 @@
+"""Config validation: choices, ranges, finiteness and budgets, on top of the schema's types.
+
+OmegaConf rejects unknown keys and wrong types while loading; this module checks what types cannot say.
+Every float value (list elements and non-null Optional floats included) must be finite, and a run whose
+budget can never be met (updates, env steps, model rollouts or a model buffer beyond what any machine can
+do) is refused with the arithmetic that shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from mbpo.config.schema import Config, ConfigError, rollouts_per_transition, updates_per_transition
+
+__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS"]
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "model.activation": ("swish", "relu"),
+    "agent.name": ("sac", "dqn"),
+    "env.source": ("auto", "native", "gymnasium"),
+    "agent.sac.precision": ("fp32", "bf16"),
+    "trainer": ("async", "sync"),
+    "runtime.queue_full": ("block", "drop_oldest"),
+    "runtime.backend": ("thread", "process", "ray"),
+    "runtime.nonfinite": ("raise", "drop"),
+}
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# Float keys that may hold nan or inf; each must say so (and what it means) in its docstring. None today.
+_NONFINITE_OK: frozenset[str] = frozenset()
+
+# Budgets. A config is refused when even these optimistic numbers cannot finish it in MAX_RUN_DAYS:
+# they are upper bounds of what any machine does today, so no run that could finish is refused.
+MAX_RUN_DAYS = 30
+"""Longest run a config may ask for; past a month a config is a typo, not a plan."""
+OPTIMISTIC_UPDATES_PER_S = 20_000
+"""Gradient updates per second of a small-net, fused (CUDA-graph) SAC/DQN update on a big GPU: an upper
+bound; typical runs do 100-3,000."""
+MAX_UTD_RATIO = 1_000
+"""Largest agent.utd_ratio: published recipes use 1-20 (SAC 1, MBPO 20-40, REDQ/DroQ 20), so 1,000
+updates per transition is already 25x the largest and anything above is a typo (e.g. a total count)."""
+OPTIMISTIC_ENV_STEPS_PER_S = 100_000_000
+"""Env transitions per second: GPU simulators reach 1e6-1e7 on simple tasks, so 1e8 is an upper bound."""
+OPTIMISTIC_MODEL_STEPS_PER_S = 100_000_000
+"""Branched-rollout steps per second: an ensemble forward of the default 4x200 MLPs costs about 2 MFLOP per
+transition over 7 members (HalfCheetah), so 1e8 steps/s would be ~200 TFLOP/s, 3x an H100's fp32 peak."""
+MAX_MODEL_BUFFER_TRANSITIONS = 2_000_000_000
+"""Largest model buffer: it is allocated in one piece at the first rollout, and a transition (obs, action,
+reward, next obs, terminated in float32) is at least 36 bytes (Pendulum), 168 for HalfCheetah, so 2e9 is
+72-336 GB, more than any GPU holds; MBPO's own configs need at most about 1e7."""
+# key -> (low, high, low inclusive); None = unbounded on that side.
+_RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "total_env_steps": (1, None, True),
+    "eval_every": (1, None, True),
+    "eval_episodes": (1, None, True),
+    "log_every": (1, None, True),
+    "torch_threads": (1, None, True),
+    "env.num_envs": (1, None, True),
+    "agent.batch_size": (1, None, True),
+    "agent.utd_ratio": (0, None, False),
+    "agent.updates_per_vector_step": (0, None, False),
+    "agent.n_step": (1, 100, True),
+    "agent.learning_starts": (0, None, True),
+    "agent.buffer_size": (1, None, True),
+    "agent.sac.actor_lr": (0, None, False),
+    "agent.sac.critic_lr": (0, None, False),
+    "agent.sac.alpha_lr": (0, None, False),
+    "agent.sac.init_alpha": (0, None, False),
+    "agent.sac.gamma": (0, 1, True),
+    "agent.sac.tau": (0, 1, False),
+    "agent.sac.max_grad_norm": (0, None, True),
+    "agent.dqn.lr": (0, None, False),
+    "agent.dqn.gamma": (0, 1, True),
+    "agent.dqn.target_update_interval": (1, None, True),
+    "agent.dqn.epsilon_start": (0, 1, True),
+    "agent.dqn.epsilon_end": (0, 1, True),
+    "agent.dqn.epsilon_decay_updates": (1, None, True),
+    "agent.dqn.max_grad_norm": (0, None, True),
+    "model.ensemble_size": (1, None, True),
+    "model.num_elites": (1, None, True),
+    "model.lr": (0, None, False),
+    "model.logvar_bound_penalty": (0, None, True),
+    "model.batch_size": (1, None, True),
+    "model.holdout_ratio": (0, 1, False),
+    "model.max_holdout": (1, None, True),
+    "model.patience": (1, None, True),
+    "model.max_epochs": (0, None, True),
+    "model.max_grad_steps": (0, None, True),
+    "model.train_freq": (1, None, True),
+    "model.rollouts_per_real": (0, None, True),
+    "model.rollouts_per_vector_step": (0, None, True),
+    "model.epoch_length": (1, None, True),
+    "model.retain_epochs": (1, None, True),
+    "model.real_ratio": (0, 1, True),
+    "checkpoint.every": (1, None, True),
+    "checkpoint.keep": (1, None, True),
+    "runtime.num_collectors": (1, None, True),
+    "runtime.collection_batch_size": (1, None, True),
+    "runtime.max_queue_size": (1, None, True),
+    "runtime.publish_every": (1, None, True),
+    "runtime.ratio_tolerance": (0, None, False),
+    "runtime.collector_timeout_s": (0, None, False),
+    "runtime.max_restarts": (0, None, True),
+    "runtime.shutdown_timeout_s": (0, None, False),
+    "runtime.learner_threads": (1, None, True),
+    "runtime.model_threads": (1, None, True),
+    "runtime.collector_threads": (1, None, True),
+    "runtime.ray.num_cpus_per_collector": (0, None, True),
+    "runtime.ray.num_gpus_per_collector": (0, None, True),
+}
+
+
+def _get(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def validate(config: Config) -> None:
+    """Raise :class:`ConfigError` naming the first key whose value is not allowed, and what is expected."""
+    for key, allowed in _CHOICES.items():
+        if _get(config, key) not in allowed:
+            raise ConfigError(f"{key}={_get(config, key)!r} is not allowed; expected one of {', '.join(allowed)}")
+    _check_finite(config)
+    if not _DEVICE.match(config.device):
+        raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
+    if config.env.device is not None and not _DEVICE.match(config.env.device):
+        raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
+    ray = config.runtime.ray
+    if ray.env_device is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", ray.env_device):
+        raise ConfigError(f"runtime.ray.env_device={ray.env_device!r} is not allowed; "
+                          "expected null, cpu, cuda or cuda:N")
+    if ray.num_cpus is not None and not ray.num_cpus > 0:
+        raise ConfigError(f"runtime.ray.num_cpus={ray.num_cpus!r} is out of range; expected null or a value > 0")
+    if ray.address is not None and not (ray.address == "auto" or re.match(r"^(ray://)?[\w.\-]+:\d+$", ray.address)):
+        raise ConfigError(f"runtime.ray.address={ray.address!r} is not allowed; expected null (a private local Ray), "
+                          "auto (the cluster this machine belongs to) or ray://host:port")
+    for key, (low, high, low_inclusive) in _RANGES.items():
+        value = _get(config, key)
+        if value is None:  # an optional key left unset
+            continue
+        # Written so that every comparison with NaN fails the check instead of passing it.
+        above_low = low is None or (value >= low if low_inclusive else value > low)
+        below_high = high is None or value <= high
+        if not (above_low and below_high):
+            raise ConfigError(f"{key}={value!r} is out of range; expected a value in {_interval(key)}")
+    for per, per_vector, what in (("agent.utd_ratio", "agent.updates_per_vector_step", "updates"),
+                                  ("model.rollouts_per_real", "model.rollouts_per_vector_step", "rollouts")):
+        if _get(config, per) is not None and _get(config, per_vector) is not None:
+            raise ConfigError(f"{per}={_get(config, per)} and {per_vector}={_get(config, per_vector)} both set the "
+                              f"{what} budget; set one of the two (the other is null)")
+    if config.agent.n_step > 1 and config.agent.name != "sac":
+        raise ConfigError(f"agent.n_step={config.agent.n_step} is for agent.name=sac (DQN's torchrl loss bootstraps "
+                          "with one fixed gamma); use agent.n_step=1 with dqn")
+    if config.agent.compile and config.agent.name != "sac":
+        raise ConfigError("agent.compile=true is for agent.name=sac (DQN's update is torchrl's DQNLoss); "
+                          "use agent.compile=false with dqn")
+    if config.agent.obs_norm and config.agent.name != "sac":
+        raise ConfigError("agent.obs_norm=true is for agent.name=sac (the normaliser lives in SAC's actor); "
+                          "use agent.obs_norm=false with dqn")
+    if config.agent.n_step > 1 and config.model.enabled:
+        raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
+                          "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
+    if not config.model.holdout_ratio < 1:
+        raise ConfigError(f"model.holdout_ratio={config.model.holdout_ratio!r} is out of range; expected a value "
+                          "in (0, 1): some real data must remain to train on")
+    if config.model.num_elites > config.model.ensemble_size:
+        raise ConfigError(f"model.num_elites={config.model.num_elites} is out of range; expected at most "
+                          f"model.ensemble_size={config.model.ensemble_size}")
+    m = config.model
+    if len(m.weight_decay) != len(m.hidden_sizes) + 1 or not all(w >= 0 for w in m.weight_decay):
+        raise ConfigError(f"model.weight_decay={m.weight_decay!r} is not allowed; expected "
+                          f"{len(m.hidden_sizes) + 1} non-negative values (one per hidden layer plus the output)")
+    s0, s1, l0, l1 = (m.rollout_schedule + [0, 0, 0, 0])[:4]
+    if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
+        raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "
+                          "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
+    for key in ("agent.sac.hidden_sizes", "agent.sac.critic_hidden_sizes", "agent.dqn.hidden_sizes",
+                "model.hidden_sizes"):
+        sizes = _get(config, key)
+        if sizes is None and key == "agent.sac.critic_hidden_sizes":
+            continue
+        if not sizes or any(s < 1 for s in sizes):
+            raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
+    _check_budgets(config)
+
+
+def _interval(key: str) -> str:
+    """``_RANGES[key]`` as an interval, e.g. ``[0, 1]`` or ``(0, inf)`` (infinity itself is never allowed)."""
+    low, high, low_inclusive = _RANGES[key]
+    left = "(-inf" if low is None else f"{'[' if low_inclusive else '('}{low}"
+    return f"{left}, {'inf)' if high is None else f'{high}]'}"
+
+
+def _float_values(obj: Any, prefix: str = "") -> Iterator[tuple[str, str, float, bool]]:
+    """``(dotted key, element key, value, optional)`` for every float in the config, found by walking the
+    dataclass fields, so a float key added later is covered; a list element's key is ``key[i]``.
+    """
+    for f in dataclasses.fields(obj):
+        key, value = prefix + f.name, getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _float_values(value, key + ".")
+        elif isinstance(value, float):
+            yield key, key, value, _admits_none(f.type)
+        elif isinstance(value, (list, tuple)):
+            yield from ((key, f"{key}[{i}]", v, False) for i, v in enumerate(value) if isinstance(v, float))
+
+
+def _admits_none(annotation: object) -> bool:
+    """Whether a field's annotation, as written (a string here), allows None: ``X | None`` or ``Optional[X]``."""
+    text = str(annotation)
+    return "None" in text or "Optional" in text
+
+
+def _check_finite(config: Config) -> None:
+    """nan and inf pass every ``<`` check (NaN compares False) and then break the run; refuse them up front."""
+    for key, where, value, optional in _float_values(config):
+        if math.isfinite(value) or key in _NONFINITE_OK:
+            continue
+        if key in _RANGES:
+            expected = f"a value in {_interval(key)}"
+        elif where != key:
+            expected = f"finite numbers in {key}={_get(config, key)!r}"
+        else:
+            expected = "a finite number or null" if optional else "a finite number"
+        raise ConfigError(f"{where}={value!r} is not a finite number; expected {expected}")
+
+
+def _num(x: float) -> str:
+    """A number for the arithmetic in a message: 19000, 0.5, 1e9, 1.9e13."""
+    if float(x).is_integer() and abs(x) < 1e7:
+        return str(int(x))
+    return re.sub(r"e\+?(-?)0*(?=\d)", r"e\1", f"{x:.6g}")
+
+
+def _floor3(x: float) -> float:
+    """``x`` rounded down to 3 significant digits, so a printed limit is itself accepted."""
+    if x <= 0:
+        return 0.0
+    scale = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return math.floor(x / scale) * scale
+
+
+def _too_long(amount: float, per_s: int, what: str) -> str | None:
+    """``"at an optimistic R what/s that is T, more than the 30-day limit"``, or None when it fits."""
+    seconds = amount / per_s
+    if seconds <= MAX_RUN_DAYS * 86_400:
+        return None
+    days, years = seconds / 86_400, seconds / (365 * 86_400)
+    if days < 730:
+        took = f"{days:,.0f} days"
+    else:
+        took = f"{years:,.0f} years" if years < 1e6 else f"{_num(years)} years"
+    rate = f"{per_s:,}" if per_s < 1e7 else _num(per_s)
+    return f"at an optimistic {rate} {what}/s that is {took}, more than the {MAX_RUN_DAYS}-day limit"
+
+
+def _check_budgets(config: Config) -> None:
+    """Refuse a run that can never finish, showing the arithmetic (the constants above say why the numbers)."""
+    steps = config.total_env_steps
+    too_long = _too_long(steps, OPTIMISTIC_ENV_STEPS_PER_S, "env steps")
+    if too_long:
+        fits = _floor3(OPTIMISTIC_ENV_STEPS_PER_S * MAX_RUN_DAYS * 86_400)
+        raise ConfigError(f"total_env_steps={_num(steps)}: {too_long}; expected total_env_steps <= {_num(fits)}")
+
+    a = config.agent
+    utd = updates_per_transition(config)
+    learning = max(steps - a.learning_starts, 0)
+    updates = learning * utd
+    too_long = _too_long(updates, OPTIMISTIC_UPDATES_PER_S, "updates")
+    if too_long:
+        fits = _floor3(OPTIMISTIC_UPDATES_PER_S * MAX_RUN_DAYS * 86_400 / learning)
+        cap = "" if fits <= MAX_UTD_RATIO else f" (the time limit alone allows {_num(fits)}, but no recipe uses " \
+            f"more than {MAX_UTD_RATIO:,} per transition)"
+        raise ConfigError(
+            f"agent.utd_ratio={_num(utd)} asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
+            f"({_num(steps)} - {_num(a.learning_starts)}) x {_num(utd)} = {_num(updates)} gradient updates; "
+            f"{too_long}; expected agent.utd_ratio <= {_num(min(fits, MAX_UTD_RATIO))}{cap}, "
+            "or fewer total_env_steps")
+    if utd > MAX_UTD_RATIO:
+        raise ConfigError(
+            f"agent.utd_ratio={_num(utd)} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
+            "published recipes use 1-20 (REDQ/DroQ 20), so this is a typo (a total count rather than a ratio?); "
+            f"expected agent.utd_ratio <= {MAX_UTD_RATIO}")
+
+    m = config.model
+    if not m.enabled:
+        return
+    longest = max(m.rollout_schedule[2], m.rollout_schedule[3])  # the schedule's longer end
+    per_real = rollouts_per_transition(config)
+    given = (f"model.rollouts_per_real={_num(per_real)} with a longest rollout of {longest} "
+             f"(model.rollout_schedule={m.rollout_schedule})")
+    rollout_steps = steps * per_real * longest
+    too_long = _too_long(rollout_steps, OPTIMISTIC_MODEL_STEPS_PER_S, "model steps")
+    if too_long:
+        fits = _floor3(OPTIMISTIC_MODEL_STEPS_PER_S * MAX_RUN_DAYS * 86_400 / (steps * longest))
+        raise ConfigError(
+            f"{given} asks for total_env_steps x rollouts_per_real x longest rollout = {_num(steps)} x "
+            f"{_num(per_real)} x {longest} = {_num(rollout_steps)} model rollout steps; {too_long}; "
+            f"expected model.rollouts_per_real <= {_num(fits)} at this rollout length, or shorter rollouts")
+    capacity = per_real * m.epoch_length * longest * m.retain_epochs
+    if capacity > MAX_MODEL_BUFFER_TRANSITIONS:
+        per_epoch = per_real * m.epoch_length * longest
+        fix = (f"model.retain_epochs <= {MAX_MODEL_BUFFER_TRANSITIONS // per_epoch:.0f}"
+               if per_epoch <= MAX_MODEL_BUFFER_TRANSITIONS else
+               f"model.rollouts_per_real <= {_num(_floor3(MAX_MODEL_BUFFER_TRANSITIONS / (m.epoch_length * longest)))}")
+        raise ConfigError(
+            f"{given}, model.epoch_length={m.epoch_length} and model.retain_epochs={m.retain_epochs} size the model "
+            f"buffer at rollouts_per_real x epoch_length x longest rollout x retain_epochs = "
+            f"{_num(per_real)} x {m.epoch_length} x {longest} x {m.retain_epochs} = {_num(capacity)} "
+            f"transitions, more than the {_num(MAX_MODEL_BUFFER_TRANSITIONS)} that any machine can hold "
+            f"(36-168+ bytes each); expected at most {_num(MAX_MODEL_BUFFER_TRANSITIONS)}, e.g. {fix}")
+
+
