@@ -35,10 +35,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.config import ModelConfig
 from mbpo.logs import quiet_torchrl
 from mbpo.models import DynamicsEnsemble, train_epoch
+from mbpo.precision import bf16_autocast_supported
 
 OBS_DIM, ACT_DIM = 17, 6
 TARGET_FRACTION = 0.5

@@ -66,7 +66,7 @@ class ModelBased:
         self.termination = None if config.learned_termination else known_termination(env_id)
         self.ensemble = DynamicsEnsemble(
             config, int(observation_space.shape[0]), action_space, device, seed=seed,
-            learn_termination=self.termination is None,
+            learn_termination=self.termination is None, precision=config.precision,
         )
         self.generator = torch.Generator(device=device).manual_seed(derive(seed, "rollouts"))  # starts, branches
         self.batch_generator = torch.Generator(device=device).manual_seed(derive(seed, "batches"))  # the learner's

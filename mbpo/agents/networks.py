@@ -10,7 +10,6 @@
   returning action and log-prob from the same pre-tanh draw in one pass.
 * :class:`RunningObsNorm` — running observation mean/variance kept as module
   buffers, so they travel with the actor's weights wherever those go.
-* :func:`bf16_autocast_supported` — whether bf16 autocast is real on a device.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ __all__ = [
     "squashed_gaussian_sample",
     "LOG_STD_MIN",
     "LOG_STD_MAX",
-    "bf16_autocast_supported",
 ]
 
 # Hard clamp of the actor's log-std, as in the SAC authors' softlearning code (which MBPO
@@ -237,18 +235,3 @@ class TanhGaussianActor(nn.Module):
         """Action in ``[-1, 1]`` ``(B, act_dim)`` and its log-prob ``(B,)`` for noise ``eps ~ N(0, I)``."""
         mean, log_std = self(obs)
         return squashed_gaussian_sample(mean, log_std, eps)
-
-
-def bf16_autocast_supported(device: torch.device | str) -> bool:
-    """Whether bf16 autocast runs natively on ``device`` (not emulated at fp32 speed or worse).
-
-    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: oneDNN must be built in and the
-    CPU must have bf16 instructions (AVX512-BF16 / AMX), else oneDNN falls back to
-    slow conversions. Other device types: not supported here.
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False

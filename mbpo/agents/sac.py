@@ -46,10 +46,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor, bf16_autocast_supported
+from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
+from mbpo.precision import resolve_precision
 from mbpo.seeding import derive
 
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
@@ -143,13 +144,8 @@ class SAC:
             self.device = torch.device("cuda", torch.cuda.current_device())
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"SAC runs on cpu or cuda (fused Adam), got device {self.device}")
-        if config.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision={config.precision!r} is not allowed; expected fp32 or bf16")
-        if config.precision == "bf16" and not bf16_autocast_supported(self.device):
-            raise ValueError(
-                f"precision=bf16 was requested but device {self.device} has no native bf16 support "
-                f"({_bf16_hint(self.device)}); set agent.sac.precision=fp32"
-            )
+        self.precision, _ = resolve_precision(config.precision, self.device, "agent.sac.precision")
+        """fp32 or bf16: config.precision with auto resolved for this device."""
         self.obs_dim = int(observation_space.shape[0])
         self.act_dim = int(action_space.shape[0])
         self.target_entropy = float(-self.act_dim if config.target_entropy is None else config.target_entropy)
@@ -180,7 +176,7 @@ class SAC:
         self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
-        self._bf16_on = self.device.type if config.precision == "bf16" else None
+        self._bf16_on = self.device.type if self.precision == "bf16" else None
         """The device type the update autocasts to bf16 on; None for fp32."""
         self._losses = sac_loss_terms
         self._cuda_graphs = compile and self.device.type == "cuda"
@@ -479,14 +475,3 @@ def _compiled_loss_terms(cuda_graphs: bool) -> Callable[..., tuple[torch.Tensor,
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return torch.compile(sac_loss_terms, mode="reduce-overhead" if cuda_graphs else None, dynamic=False,
                          fullgraph=True)
-
-
-def _bf16_hint(device: torch.device) -> str:
-    if device.type == "cpu":
-        return (
-            f"mkldnn available={torch.backends.mkldnn.is_available()}, "
-            "CPU bf16 instructions (AVX512-BF16/AMX) not found"
-        )
-    if device.type == "cuda":
-        return "torch.cuda.is_bf16_supported() is False (bf16 needs compute capability 8.0+)"
-    return f"bf16 autocast is only enabled for cpu and cuda here, not {device.type}"

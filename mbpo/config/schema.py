@@ -66,7 +66,9 @@ class SACConfig:
     max_grad_norm: float = 10.0
     """Global gradient-norm clip per network; 0 disables clipping."""
     precision: str = "fp32"
-    """fp32, or bf16 autocast for the update (only where the hardware supports it)."""
+    """fp32, bf16 (autocast for the update; refused where the device has no native bf16) or auto: bf16 where the
+    device computes it natively (CUDA 8.0+, a CPU with AVX512-BF16 or AMX), else fp32. Resolved once at start-up,
+    printed, and stored resolved in the run's config.yaml."""
 
 
 @dataclass
@@ -172,6 +174,9 @@ class ModelConfig:
     """The model buffer holds the rollouts of this many epochs."""
     real_ratio: float = 0.05
     """Fraction of real transitions in each policy batch; the rest comes from the model buffer."""
+    precision: str = "fp32"
+    """The ensemble's matmuls in training and rollouts: fp32, bf16 autocast (losses and Gaussian maths stay fp32)
+    or auto, resolved like agent.sac.precision."""
     learned_termination: bool = False
     """Learn a termination head even where a known termination function exists."""
 

@@ -25,11 +25,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mbpo.agents.networks import BatchedLinear, BatchedMLP, bf16_autocast_supported
+from mbpo.agents.networks import BatchedLinear, BatchedMLP
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import ModelConfig
 from mbpo.models.normalizer import Normalizer
 from mbpo.models.training import fit_ensemble, select_elites
+from mbpo.precision import resolve_precision
 
 __all__ = ["DynamicsEnsemble", "Prediction"]
 
@@ -87,10 +88,7 @@ class DynamicsEnsemble(nn.Module):
                              f"[1, ensemble_size={config.ensemble_size}]")
         if config.activation not in _ACTIVATIONS:
             raise ValueError(f"model.activation={config.activation!r} is not allowed; expected swish or relu")
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision={precision!r} is not allowed; expected fp32 or bf16")
-        if precision == "bf16" and not bf16_autocast_supported(self.device):
-            raise ValueError(f"precision=bf16 was requested but {self.device} has no native bf16 support; use fp32")
+        precision, _ = resolve_precision(precision, self.device, "model.precision")
         self.config = config
         self.precision = precision
         self.obs_dim, self.act_dim = obs_dim, act_dim

@@ -28,6 +28,7 @@ from mbpo.devices import DevicePlan
 from mbpo.errors import MbpoError
 from mbpo.evaluation import evaluate
 from mbpo.model_based import ModelBased
+from mbpo.precision import resolve_precision
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
 from mbpo.seeding import derive
 
@@ -88,6 +89,7 @@ class Trainer:
         self.plan = DevicePlan.resolve(requested)
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
+        _resolve_precisions(config, device)
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
@@ -362,6 +364,21 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
                              f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
                              f"total_env_steps=<more than {steps}>")
     return ResumePoint(run_dir, path, state, config, overrides)
+
+
+def _resolve_precisions(config: Config, device: torch.device) -> None:
+    """Replace ``auto`` precisions by what this device computes natively, once, before the config is written
+    (so config.yaml and a resume keep the decision), and say what was chosen and why.
+    """
+    keys: list[tuple[str, Any]] = [("agent.sac.precision", config.agent.sac)] if config.agent.name == "sac" else []
+    if config.model.enabled:
+        keys.append(("model.precision", config.model))
+    for key, section in keys:
+        try:
+            section.precision, why = resolve_precision(section.precision, device, key)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        print(f"[mbpo] {key}={section.precision} on {device} ({why})", file=sys.stderr)
 
 
 def transition_bytes(obs_dim: int, action_space: Any) -> int:

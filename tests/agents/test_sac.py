@@ -17,12 +17,12 @@ from torch import nn
 from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SACLoss, ValueEstimators
 
-from mbpo.agents import networks
 from mbpo.agents.base import Agent
 from mbpo.agents.networks import BatchedMLP, squashed_gaussian_sample
 from mbpo.agents.sac import METRIC_NAMES, SAC
 from mbpo.buffers import transitions
 from mbpo.config import SACConfig
+from mbpo.precision import bf16_autocast_supported
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -376,7 +376,7 @@ def test_grad_clipping_bounds_every_optimizers_norm() -> None:
 
 
 def test_bf16_runs_where_supported_else_names_the_device() -> None:
-    if networks.bf16_autocast_supported("cpu"):
+    if bf16_autocast_supported("cpu"):
         sac = make_sac(precision="bf16")
         metrics = sac.update(make_batch())
         assert metrics["skipped"] == 0.0 and all(math.isfinite(metrics[k]) for k in METRIC_NAMES)
@@ -389,9 +389,23 @@ def test_bf16_runs_where_supported_else_names_the_device() -> None:
 
 
 def test_bf16_unsupported_error_names_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mbpo.agents.sac.bf16_autocast_supported", lambda device: False)
-    with pytest.raises(ValueError, match=r"precision=bf16.*device cpu.*precision=fp32"):
+    monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (False, "CPU has neither AVX512_BF16 nor AMX"))
+    with pytest.raises(ValueError, match=r"agent.sac.precision=bf16.*cpu.*AVX512_BF16.*precision=fp32 or auto"):
         make_sac(precision="bf16")
+    assert make_sac(precision="auto").precision == "fp32"
+
+
+def test_auto_precision_is_bf16_exactly_where_the_cpu_has_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mbpo.precision as precision
+
+    for avx512_bf16, amx, expected in ((True, False, "bf16"), (False, True, "bf16"), (False, False, "fp32")):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        resolved, why = precision.resolve_precision("auto", "cpu", "agent.sac.precision")
+        assert resolved == expected and why.startswith("auto: CPU has"), why
+    assert precision.resolve_precision("fp32", "cpu", "model.precision") == ("fp32", "as configured")
+    with pytest.raises(ValueError, match="model.precision='fp16' is not allowed; expected one of auto, fp32, bf16"):
+        precision.resolve_precision("fp16", "cpu", "model.precision")
 
 
 def test_rejects_wrong_spaces_and_batches() -> None:

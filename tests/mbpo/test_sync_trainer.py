@@ -245,3 +245,21 @@ def test_a_run_that_cannot_train_says_so_and_buffers_that_cannot_fit_are_refused
     assert "[mbpo] memory on cpu: replay buffer 1,000 x 34 B" in err  # Pendulum: 2 x 12 + 4 + 4 + 2 bytes a row
     with pytest.raises(MbpoError, match=r"buffers need .* GiB on cpu but only .* available.*lower agent.buffer_size"):
         SyncTrainer(tiny(tmp_path / "b", "agent.buffer_size=100000000000"), tmp_path / "b")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_resolved_once_printed_and_stored_in_the_runs_config(
+    tmp_path: Path, native: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (native, "CPU flags as the test says"))
+    cfg = tiny(tmp_path, "total_env_steps=100", "agent.sac.precision=auto", "model.enabled=true",
+               "model.precision=auto", "model.hidden_sizes=[16,16]", "model.weight_decay=[0,0,0]")
+    trainer = SyncTrainer(cfg, tmp_path)
+    want = "bf16" if native else "fp32"
+    assert trainer.agent.precision == want and trainer.model is not None and trainer.model.ensemble.precision == want
+    trainer.run()
+    stored = load_config(tmp_path / "config.yaml")
+    assert (stored.agent.sac.precision, stored.model.precision) == (want, want)
+    err = capsys.readouterr().err
+    assert f"agent.sac.precision={want} on cpu (auto: CPU flags as the test says)" in err
+    assert f"model.precision={want} on cpu (auto: CPU flags as the test says)" in err

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mbpo.agents.networks import bf16_autocast_supported
 from mbpo.config import ModelConfig
 from mbpo.models import DynamicsEnsemble, Normalizer, select_elites
+from mbpo.precision import bf16_autocast_supported
 
 pytestmark = pytest.mark.timeout(120)
 
