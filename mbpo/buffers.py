@@ -25,7 +25,7 @@ from mbpo.debug import check_indices
 __all__ = [
     "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "DISCOUNT", "NEXT_OBS_VALID",
     "real_transitions", "TRANSITION_KEYS", "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches",
-    "transitions", "replay_state", "load_replay_state", "filled_rows", "as_tensordict",
+    "transitions", "replay_state", "load_replay_state", "filled_rows", "as_tensordict", "newest_indices",
 ]
 
 OBS = "obs"
@@ -73,6 +73,16 @@ def sample_batches(rb: ReplayBuffer, batch_size: int, count: int, check: bool = 
     ``count`` calls of :func:`sample_real` (the index randint fills its output serially).
     """
     return sample_real(rb, batch_size * count, check).reshape(count, batch_size).unbind(0)
+
+
+def newest_indices(rb: ReplayBuffer, k: int) -> torch.Tensor:
+    """Storage indices of the ``k`` most recently written rows, oldest first (the writer is a ring: once the
+    buffer is full they wrap around its end), on the storage's device.
+    """
+    n = len(rb)
+    k = max(min(k, n), 0)
+    cursor = int(rb.writer._cursor)  # the next row to write (torchrl's RoundRobinWriter; no public getter)
+    return torch.arange(cursor - k, cursor, device=rb.storage.device) % max(n, 1)
 
 
 def replay_state(rb: ReplayBuffer) -> dict:

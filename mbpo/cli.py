@@ -129,9 +129,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from mbpo.plotting import plot_runs
+    from mbpo.plotting import plot_model_health, plot_runs
 
-    print(plot_runs(args.run_dirs, args.out, args.x))
+    png = plot_runs(args.run_dirs, args.out, args.x)
+    print(png)
+    health = plot_model_health(args.run_dirs, png.with_name(png.stem + "_model_health.png"), args.x)
+    if health is not None:
+        print(health)
     return 0
 
 
@@ -194,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     re_.add_argument("overrides", nargs="*", help="e.g. total_env_steps=50000 to train longer")
     re_.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     re_.set_defaults(fn=cmd_resume)
-    pl = sub.add_parser("plot", help="evaluation curves of runs on one chart; seeds of one config as median "
-                                     "and range (needs the plots extra)")
+    pl = sub.add_parser("plot", help="evaluation curves of runs on one chart, seeds of one config as median "
+                                     "and range, and for MBPO runs the model's health beside it, as "
+                                     "<out>_model_health.png (needs the plots extra)")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/learning_curve.png for one run, "
                                                 "./learning_curves.png for several)")

@@ -1,7 +1,9 @@
 """The model-based half of MBPO, as one component the trainer calls twice per vector step.
 
 ``after_collect`` trains the dynamics ensemble every ``model.train_freq`` real
-transitions and then runs branched rollouts into the model buffer;
+transitions from ``agent.learning_starts`` on (the paper's code fits its first
+model on the random-action data, right after them) and then runs branched
+rollouts into the model buffer;
 ``policy_batches`` mixes real and model transitions by ``real_ratio``. Every
 budget is per real transition, so the paper's single-env constants keep their
 meaning at 4,096 envs: a vector step of N envs earns N / train_freq model
@@ -12,6 +14,7 @@ reported by :meth:`ModelBased.metrics`.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,17 +33,37 @@ from mbpo.buffers import (
     TERMINATED,
     TRANSITION_KEYS,
     ModelBuffer,
+    newest_indices,
     sample_batches,
     sample_real,
 )
 from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.debug import check_indices, check_transitions
+from mbpo.model_health import OPEN_LOOP_HORIZONS, ensemble_step, one_step_errors, open_loop_errors
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.termination import known_termination
-from mbpo.rollouts import branched_rollouts, obs_limit_from, rollout_length
+from mbpo.rollouts import RolloutStats, branched_rollouts, obs_limit_from, rollout_length
 from mbpo.seeding import derive
 
-__all__ = ["ModelBased"]
+__all__ = ["ModelBased", "MAX_HEALTH_ROWS", "trainings_earned", "budget_start"]
+
+MAX_HEALTH_ROWS = 5_000
+"""The model's health is measured on at most this many of the newest real transitions (model.max_holdout's size)."""
+
+
+def budget_start(train_freq: int, learning_starts: int) -> int:
+    """The env step the model's budgets count from: one ``train_freq`` before the first training, which is
+    at the first multiple of ``train_freq`` at or after ``learning_starts`` (the paper's first model comes
+    right after its random steps and starts one rollout_batch_size of branches).
+    """
+    return (max(-(-learning_starts // train_freq), 1) - 1) * train_freq
+
+
+def trainings_earned(env_steps: int, train_freq: int, learning_starts: int) -> int:
+    """Model trainings due after ``env_steps`` real transitions: one at every multiple of ``train_freq`` from
+    the first at or after ``learning_starts`` (the sync trainer and the async gate count the same way).
+    """
+    return max((env_steps - budget_start(train_freq, learning_starts)) // train_freq, 0)
 
 
 class ModelBased:
@@ -55,8 +78,11 @@ class ModelBased:
         device: torch.device,
         seed: int,
         rollouts_per_real: float | None = None,
+        learning_starts: int = 0,
     ) -> None:
         self.config = config
+        self.learning_starts = learning_starts
+        """agent.learning_starts: no training before it, and the rollout schedule's epochs count from it."""
         self.rollouts_per_real: float = (
             rollouts_per_real if rollouts_per_real is not None
             else config.rollouts_per_real if config.rollouts_per_real is not None else DEFAULT_ROLLOUTS_PER_REAL)
@@ -75,8 +101,19 @@ class ModelBased:
         self.trainings = 0
         self.rollouts_started = 0
         self.nonfinite_branches = 0
-        self.last_rollout_env_steps = 0
+        self.budget_start = budget_start(config.train_freq, learning_starts)
+        """Where the model's training and rollout budgets start counting (:func:`budget_start`)."""
+        self.last_rollout_env_steps = self.budget_start
+        """Env steps at the last rollouts."""
         self.last_fit: dict[str, Any] = {}
+        self.last_train_env_steps = 0
+        """Env steps at the last training: the rows collected since are new to the ensemble."""
+        self.fit_counts = {"capped": 0, "members_discarded": 0, "members_below_pre_fit": 0}
+        """Summed over the run: trainings stopped by max_grad_steps/max_epochs, members that kept their old
+        weights (fit_baseline=pre_fit), members whose kept weights did not beat their pre-fit holdout MSE by 1%."""
+        self.health: dict[str, float] = {}
+        """The last measurement of :mod:`mbpo.model_health` on the rows that were new to the ensemble."""
+        self.last_rollout: RolloutStats | None = None
         self.lock = threading.Lock()
         """Guards the model buffer: the async model thread writes it while the learner samples it."""
         self.buffer_ready: torch.cuda.Event | None = None
@@ -92,23 +129,68 @@ class ModelBased:
     # -- the two calls the trainer makes -------------------------------------------
     def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: Any) -> bool:
         """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
-        if after // self.config.train_freq <= before // self.config.train_freq or len(real) < 2:
+        due = trainings_earned(after, self.config.train_freq, self.learning_starts)
+        if due <= trainings_earned(before, self.config.train_freq, self.learning_starts) or len(real) < 2:
             return False
         data = real[: len(real)]
-        self.train(data, after)
+        self.train(data, after, fresh=self.fresh_rows(real, after))
         self.rollout(data, after, policy)
         return True
 
-    def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None) -> None:
-        """Fit the ensemble on the real ``data`` (``env_steps`` real transitions collected so far)."""
+    def epoch(self, env_steps: int) -> float:
+        """MBPO epochs (of ``epoch_length`` real transitions) since ``learning_starts``, as the paper's code counts
+        them (its epochs start after the random steps): the clock of ``rollout_schedule``.
+        """
+        return max(env_steps - self.learning_starts, 0) / self.config.epoch_length
+
+    def fresh_rows(self, real: ReplayBuffer, env_steps: int) -> torch.Tensor:
+        """Indices (into ``real[: len(real)]``) of the newest real transitions, collected since the last
+        training (at most :data:`MAX_HEALTH_ROWS`); call it where that copy is taken.
+        """
+        return newest_indices(real, min(env_steps - self.last_train_env_steps, MAX_HEALTH_ROWS))
+
+    def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None,
+              fresh: torch.Tensor | None = None) -> None:
+        """Fit the ensemble on the real ``data`` (``env_steps`` real transitions collected so far); first, with
+        ``fresh`` (indices of the rows collected since the last training), measure the model's health on them.
+        """
         c = self.config
+        if fresh is not None and self.trainings > 0 and fresh.numel() >= 2:
+            self.health = self.measure_health(data, fresh)
         # A next obs the env did not give us (an auto-reset that lost it) is never a model target; its
         # reward and termination are, so the row still trains those heads.
         valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else None
         self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED],
                                           should_stop=should_stop, next_obs_valid=valid)
         self.trainings += 1
-        self.rollout_len = rollout_length(c.rollout_schedule, env_steps / c.epoch_length)
+        self.last_train_env_steps = env_steps
+        for key in self.fit_counts:
+            self.fit_counts[key] += int(self.last_fit.get(key, 0))
+        self.rollout_len = rollout_length(c.rollout_schedule, self.epoch(env_steps))
+
+    @torch.no_grad()
+    def measure_health(self, data: TensorDict, fresh: torch.Tensor) -> dict[str, float]:
+        """:mod:`mbpo.model_health` figures of the current ensemble on ``data[fresh]``, normalised by the
+        variances of the targets over all of ``data``.
+        """
+        valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else torch.ones(
+            data.shape[0], dtype=torch.bool, device=self.device)
+        delta = (data[NEXT_OBS] - data[OBS])[valid]
+        delta_var = delta.var(0) if delta.shape[0] > 1 else torch.ones(self.obs_dim, device=self.device)
+        reward_var = data[REWARD].float().var()
+        rows = data[fresh]
+        rows_valid = valid[fresh]
+        step = ensemble_step(self.ensemble, self.termination)
+        errors = one_step_errors(step, rows[OBS], rows[ACTION], rows[REWARD], rows[NEXT_OBS], rows[TERMINATED],
+                                 delta_var, reward_var, rows_valid)
+        open_loop = open_loop_errors(step, rows[OBS][rows_valid], rows[ACTION][rows_valid],
+                                     rows[NEXT_OBS][rows_valid], rows[TERMINATED][rows_valid], delta_var)
+        return {
+            "model_err_delta": errors["delta"], "model_err_reward": errors["reward"],
+            "model_err_termination": errors["termination"],
+            **{f"model_open_loop_err_{k}": open_loop[k] for k in OPEN_LOOP_HORIZONS},
+            "real_termination_rate": float(rows[TERMINATED].float().mean()), "model_health_rows": int(fresh.numel()),
+        }
 
     def rollout(self, data: TensorDict, env_steps: int, policy: Any) -> None:
         """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
@@ -138,6 +220,7 @@ class ModelBased:
             self._mark_written()
         self.rollouts_started += stats.started
         self.nonfinite_branches += stats.nonfinite
+        self.last_rollout = stats
 
     def _after_learner_reads(self) -> None:
         """On CUDA, from another stream (the async model thread): order model-buffer writes after every
@@ -180,7 +263,8 @@ class ModelBased:
 
     # -- reporting and state ----------------------------------------------------------
     def metrics(self, env_steps: int) -> dict[str, Any]:
-        fit = self.last_fit
+        fit, roll = self.last_fit, self.last_rollout
+        started = max(roll.started, 1) if roll is not None else 1
         return {
             "model_version": self.ensemble.version,
             "model_holdout_loss": fit.get("holdout_loss"),
@@ -189,10 +273,22 @@ class ModelBased:
             "rollout_length": self.rollout_len,
             "model_buffer_size": len(self.model_buffer),
             "nonfinite_branches": self.nonfinite_branches,
-            "model_trainings_per_real": self.trainings / max(env_steps, 1),
+            "model_trainings_per_real": self.trainings / max(env_steps - self.budget_start, 1),
             "model_trainings_per_real_target": 1.0 / self.config.train_freq,
-            "rollouts_per_real_realised": self.rollouts_started / max(self.last_rollout_env_steps, 1),
+            "rollouts_per_real_realised":
+                self.rollouts_started / max(self.last_rollout_env_steps - self.budget_start, 1),
             "rollouts_per_real": self.rollouts_per_real,
+            "model_fit_epochs": fit.get("epochs"),
+            "model_fit_stopped_by": fit.get("stopped_by"),
+            "model_trainings": self.trainings,
+            **{f"model_fits_{k}" if k == "capped" else f"model_{k}": v for k, v in self.fit_counts.items()},
+            **self.health,
+            # the last training's rollouts: steps reached per branch, how branches ended, and the
+            # per-step termination rate, to set beside real_termination_rate
+            "rollout_mean_length": None if roll is None else roll.stored / started,
+            "rollout_terminated_frac": None if roll is None else roll.terminated / started,
+            "rollout_nonfinite_frac": None if roll is None else roll.nonfinite / started,
+            "rollout_termination_rate": None if roll is None else roll.terminated / max(roll.stored, 1),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -203,7 +299,10 @@ class ModelBased:
             "batch_generator": self.batch_generator.get_state(),
             "counters": {"trainings": self.trainings, "rollouts_started": self.rollouts_started,
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
-                         "last_rollout_env_steps": self.last_rollout_env_steps},
+                         "last_rollout_env_steps": self.last_rollout_env_steps,
+                         "last_train_env_steps": self.last_train_env_steps, "fit_counts": dict(self.fit_counts),
+                         "health": dict(self.health),
+                         "last_rollout": None if self.last_rollout is None else dataclasses.asdict(self.last_rollout)},
             "last_fit": dict(self.last_fit),
         }
 
@@ -214,4 +313,6 @@ class ModelBased:
         self.batch_generator.set_state(state["batch_generator"])
         for key, value in state["counters"].items():
             setattr(self, key, value)
+        if isinstance(self.last_rollout, dict):
+            self.last_rollout = RolloutStats(**self.last_rollout)
         self.last_fit = dict(state["last_fit"])

@@ -5,6 +5,10 @@ curve: the median over seeds, with a band from the lowest to the highest. The
 legend comes from each run's config (env, agent, MBPO or not, seeds); a run
 dir written by something else (a peer's baseline) can name itself with a
 ``run.json`` holding ``label`` (and ``seed``).
+
+MBPO runs also get :func:`plot_model_health`: the model's errors on real data it
+has not trained on, open-loop at 1 and 5 steps, how rollouts end beside the real
+termination rate, and the critic's bias (mbpo.model_health, mbpo.evaluation).
 """
 
 from __future__ import annotations
@@ -18,9 +22,17 @@ from typing import Any
 from mbpo.errors import MbpoError
 from mbpo.metrics import read_metrics
 
-__all__ = ["plot_learning_curve", "plot_runs", "curves", "run_label", "X_AXES"]
+__all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "X_AXES", "HEALTH_PANELS"]
 
 X_AXES = ("env_steps", "wall_s")
+HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("one-step error on new real data (normalised MSE)", ("model_err_delta", "model_err_reward"), True),
+    ("open-loop state error along real trajectories", ("model_open_loop_err_1", "model_open_loop_err_5"), True),
+    ("terminations and dropped branches", ("real_termination_rate", "rollout_termination_rate",
+                                           "model_err_termination", "rollout_nonfinite_frac"), False),
+    ("critic bias at evaluation start states (Q - MC return)", ("q_bias",), False),
+)
+"""``(title, metrics.csv columns, log scale)`` of the model-health chart's panels."""
 
 
 def run_label(run_dir: Path) -> tuple[str, int | None]:
@@ -40,16 +52,17 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
                         "written by `python -m mbpo train` (or one that names itself in run.json)") from None
 
 
-def _curve(run_dir: Path, x: str) -> list[tuple[float, float]]:
+def _curve(run_dir: Path, x: str, y: str = "eval_return") -> list[tuple[float, float]]:
     path = run_dir / "metrics.csv"
     if not path.is_file():
         raise MbpoError(f"{path} does not exist; is {run_dir} a run directory?")
-    return [(float(r[x]), float(r["eval_return"])) for r in read_metrics(path) if r.get("eval_return") and r.get(x)]
+    return [(float(r[x]), float(r[y])) for r in read_metrics(path) if r.get(y) and r.get(x)]
 
 
-def curves(run_dirs: list[str | Path], x: str = "env_steps") -> dict[str, dict[str, Any]]:
-    """Per curve label: ``x``, ``median``, ``low``, ``high`` (over seeds, aligned by evaluation index) and
-    ``seeds``. Runs that differ only in their seed share a label, so they make one curve.
+def curves(run_dirs: list[str | Path], x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
+    """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, aligned by row index
+    among the rows that have ``y``) and ``seeds``. Runs that differ only in their seed share a label, so they
+    make one curve.
     """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
@@ -59,7 +72,7 @@ def curves(run_dirs: list[str | Path], x: str = "env_steps") -> dict[str, dict[s
     seeds: dict[str, list[Any]] = defaultdict(list)
     for run_dir in map(Path, run_dirs):
         label, seed = run_label(run_dir)
-        points = _curve(run_dir, x)
+        points = _curve(run_dir, x, y)
         if points:
             groups[label].append(points)
             seeds[label].append(seed)
@@ -95,6 +108,34 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, x: str 
         out = Path(run_dirs[0]) / "learning_curve.png" if len(run_dirs) == 1 else Path("learning_curves.png")
     out = Path(out)
     fig.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def plot_model_health(run_dirs: list[str | Path], out: str | Path, x: str = "env_steps") -> Path | None:
+    """The model-health chart (:data:`HEALTH_PANELS`) of the runs that log it, median over seeds per curve;
+    None (nothing written) when no run does (no MBPO run among them).
+    """
+    panels = [(title, [(col, curves(run_dirs, x, col)) for col in cols], log) for title, cols, log in HEALTH_PANELS]
+    if not any(data for _, lines, _ in panels[:3] for _, data in lines):
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    for ax, (title, lines, log) in zip(axes.flat, panels, strict=True):
+        for col, data in lines:
+            for label, c in data.items():
+                ax.plot(c["x"], c["median"], "-", lw=1.2, label=f"{col} ({label})" if len(data) > 1 else col)
+        if log and any(data for _, data in lines):
+            ax.set_yscale("log")
+        if not log:
+            ax.axhline(0.0, color="grey", lw=0.6)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 

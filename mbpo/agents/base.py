@@ -49,6 +49,11 @@ class Agent(Protocol):
     def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Exploring actions for model rollouts, on ``device`` from the learner's own networks (no grad)."""
 
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critics' estimate ``Q(s, a)`` at the deterministic policy's action for ``obs`` ``(N, obs_dim)``
+        on ``device``: float32 ``(N,)`` (SAC: the lower of its twin critics, as its targets use; DQN: max_a Q).
+        """
+
     def observe(self, obs: torch.Tensor) -> None:
         """Real observations ``(B, obs_dim)`` the trainer just stored: running statistics (agent.obs_norm) learn
         from them on the learner; a no-op for a learner without any.

@@ -165,6 +165,11 @@ class DQN:
         }
         return TensorDict({"observation": obs, "action": action.reshape(b).long(), "next": nxt}, batch_size=[b])
 
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """``max_a Q(s, a)``: the online network's value of the greedy (evaluation) policy at ``obs``."""
+        return self.q_net(obs.float()).max(-1).values.float()
+
     def observe(self, obs: torch.Tensor) -> None:
         """No running statistics here: agent.obs_norm is SAC's (the config refuses it with dqn)."""
 

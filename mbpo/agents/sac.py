@@ -273,6 +273,15 @@ class SAC:
         low, high = self._bias - self._scale, self._bias + self._scale
         return torch.clamp(self._bias + self._scale * squashed.float(), low, high)
 
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """``min_i Q_i(s, tanh(mean(s)))`` in fp32: the critics' value of the evaluation policy at ``obs``."""
+        with self._weights_lock:
+            obs = obs.float()
+            mean, _ = self.actor(obs)
+            q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1))
+        return q.float().squeeze(-1).min(0).values
+
     def observe(self, obs: torch.Tensor) -> None:
         """Merge real observations ``(B, obs_dim)`` into the running statistics (no-op without obs_norm).
 

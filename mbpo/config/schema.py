@@ -153,6 +153,10 @@ class ModelConfig:
     """Largest holdout set, in transitions."""
     patience: int = 5
     """Early stopping: epochs without a 1% holdout improvement of any member before training stops."""
+    fit_baseline: str = "new_fit"
+    """What each member's best holdout MSE starts from in a model training: new_fit (the MBPO paper's code: the
+    best epoch of this training is always kept) or pre_fit (mbrl-lib: a member that does not beat its pre-fit
+    holdout MSE by 1% keeps its old weights; metrics.csv counts them in model_members_discarded)."""
     max_epochs: int = 0
     """Cap on training epochs per model training; 0 = until early stopping."""
     max_grad_steps: int = 0
@@ -223,6 +227,10 @@ class RuntimeConfig:
     ratio_tolerance: float = 0.1
     """Realised utd_ratio, model trainings and rollouts per real transition stay within this fraction of
     their targets: collectors wait when they run further ahead."""
+    max_lead: int = 256
+    """Most env transitions collectors may run ahead of what the learner and the model have caught up with,
+    whatever the run's length (ratio_tolerance alone lets the lead grow with it: 2,500 transitions, 50,000
+    updates of policy age, at 30k Hopper steps); at least one collection batch is always allowed; 0 = no cap."""
     collector_timeout_s: float = 60.0
     """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
     waiting on the queue or the ratio gate) is hung: a process is terminated and replaced (counted as a

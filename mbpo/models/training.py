@@ -3,7 +3,12 @@
 MBPO (Janner et al. 2019): a holdout split, per-member bootstrap epochs,
 holdout MSE of the mean after each epoch, early stopping when no member
 improves by more than 1% for ``patience`` epochs, each member restored to its
-best epoch, and the ``num_elites`` best members as the rollout elites. The
+best epoch, and the ``num_elites`` best members as the rollout elites.
+``model.fit_baseline`` says what "best" starts from: ``new_fit`` (the paper's
+code: every fit keeps the best of its own epochs) or ``pre_fit`` (mbrl-lib's:
+a member that never beats its pre-fit holdout MSE by 1% keeps its old weights;
+the holdout is re-split from rows earlier fits trained on, so that baseline is
+optimistic and such members can stay stale for many fits). The
 ensemble owns the network, the loss and one Adam step
 (:meth:`~mbpo.models.ensemble.DynamicsEnsemble.train_step`); this module owns
 the epochs around them.
@@ -53,8 +58,9 @@ def fit_ensemble(
     w_train = None if weight is None else weight[train]
     boot = torch.randint(n - n_hold, (m, n - n_hold), generator=gen, device=device)
 
-    best_params = [p.detach().clone() for p in ensemble.parameters()]
-    best = ensemble.prediction_mse(x_hold, t_hold, w_hold).tolist()  # a member never ends worse than before
+    best_params = [p.detach().clone() for p in ensemble.parameters()]  # also the fallback if every epoch is NaN
+    pre_fit = ensemble.prediction_mse(x_hold, t_hold, w_hold).tolist()
+    best = list(pre_fit) if c.fit_baseline == "pre_fit" else [math.inf] * m
     epochs = since_improved = steps = 0
     steps_left = c.max_grad_steps or math.inf
     train_loss = float("nan")
@@ -69,6 +75,9 @@ def fit_ensemble(
         epochs, steps, steps_left = epochs + 1, steps + epoch_steps, steps_left - epoch_steps
         *mse, train_loss = torch.cat((ensemble.prediction_mse(x_hold, t_hold, w_hold), epoch_loss.reshape(1))).tolist()
         since_improved = 0 if _keep_improved(ensemble, mse, best, best_params) else since_improved + 1
+    stopped_by = ("patience" if since_improved >= c.patience else "max_grad_steps" if steps_left <= 0
+                  else "max_epochs" if c.max_epochs and epochs >= c.max_epochs else "stop")
+    below_pre_fit = [i for i in range(m) if not _improved(best[i], pre_fit[i])]
     with torch.no_grad():
         for p, b in zip(ensemble.parameters(), best_params, strict=True):
             p.copy_(b)
@@ -77,7 +86,9 @@ def fit_ensemble(
     return {
         "holdout_mse": best, "holdout_loss": sum(best[i] for i in elites) / len(elites),
         "train_loss": train_loss, "epochs": epochs, "grad_steps": steps, "elites": list(elites),
-        "num_train": n - n_hold, "num_holdout": n_hold,
+        "num_train": n - n_hold, "num_holdout": n_hold, "pre_fit_mse": pre_fit, "stopped_by": stopped_by,
+        "capped": stopped_by in ("max_grad_steps", "max_epochs"), "members_below_pre_fit": len(below_pre_fit),
+        "members_discarded": len(below_pre_fit) if c.fit_baseline == "pre_fit" else 0,
     }  # fmt: skip
 
 

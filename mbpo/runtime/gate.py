@@ -4,8 +4,9 @@ MBPO's budgets are per real transition: ``utd_ratio`` policy updates,
 ``1 / train_freq`` model trainings and ``rollouts_per_real`` branched rollouts.
 Asynchronously, nothing forces them, so collectors ask :meth:`RatioGate.reserve`
 before each batch and wait while the learner's update backlog is larger than
-``tolerance`` of the data so far (at least one batch, so the run can always
-move) or more than one model training is owed (one may be in flight while
+``tolerance`` of the data so far, capped at ``max_lead`` transitions (so the
+lead, and the age of the policy that collects, does not grow with the run;
+at least one batch, so the run can always move) or more than one model training is owed (one may be in flight while
 collection goes on). The learner never runs
 ahead either: it only issues the updates ingested data has earned.
 """
@@ -16,6 +17,7 @@ import math
 import threading
 from collections.abc import Callable
 
+from mbpo.model_based import trainings_earned
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["RatioGate"]
@@ -34,6 +36,7 @@ class RatioGate:
         train_freq: int | None,
         tolerance: float,
         min_lead: int,
+        max_lead: int = 0,
     ) -> None:
         self.total_env_steps = total_env_steps
         self.num_envs = num_envs
@@ -42,6 +45,8 @@ class RatioGate:
         self.train_freq = train_freq
         self.tolerance = tolerance
         self.min_lead = min_lead
+        self.max_lead = max_lead
+        """Absolute cap on the lead (runtime.max_lead); 0 = only the relative ``tolerance`` bound."""
         self.reserved = 0
         """Transitions handed to collectors (env steps taken or about to be)."""
         self.ingested = 0
@@ -76,7 +81,7 @@ class RatioGate:
     def trainings_earned(self, ingested: int | None = None) -> int:
         if self.train_freq is None:
             return 0
-        return (self.ingested if ingested is None else ingested) // self.train_freq
+        return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.learning_starts)
 
     def trainings_due(self) -> int:
         with self._cond:
@@ -84,9 +89,13 @@ class RatioGate:
 
     def lead(self) -> int:
         """How many collected transitions the learner or the model may lag behind: ``tolerance`` of the
-        transitions that earn updates, and at least ``min_lead`` (one batch) so the run can always move.
+        transitions that earn updates, at most ``max_lead`` (when set), and at least ``min_lead`` (one batch)
+        so the run can always move.
         """
-        return max(int(self.tolerance * self.learning_transitions(self.reserved - self.discarded)), self.min_lead)
+        lead = int(self.tolerance * self.learning_transitions(self.reserved - self.discarded))
+        if self.max_lead:
+            lead = min(lead, self.max_lead)
+        return max(lead, self.min_lead)
 
     def _blocked(self, request: int) -> str | None:
         """Why a collector must wait before taking ``request`` more transitions, or None. Measured against

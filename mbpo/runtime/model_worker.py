@@ -68,11 +68,12 @@ class ModelWorker(ThreadWorker):
                     self.lane.wait_default()  # the learner's writes to the replay buffer come first
                     env_steps = self.gate.ingested
                     data = self.real[: len(self.real)].clone()
+                    fresh = self.model.fresh_rows(self.real, env_steps)
                     self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
                 if data.shape[0] < 2:
                     self.gate.add(trainings=1)
                     return
-                self.model.train(data, env_steps, should_stop=self.stop.is_set)
+                self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
                 if self.stop.is_set():  # a cut-short fit keeps its best epochs; a stopping run needs no rollouts
                     self.model.last_rollout_env_steps = env_steps  # so a resume does not make them up twice
                     return

@@ -76,7 +76,7 @@ class AsyncTrainer(Trainer):
         self.gate = RatioGate(
             config.total_env_steps, n, config.agent.learning_starts, updates_per_transition(config),
             config.model.train_freq if self.model is not None else None, rt.ratio_tolerance,
-            min_lead=steps_per_batch * n)
+            min_lead=steps_per_batch * n, max_lead=rt.max_lead)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
             DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
         self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,

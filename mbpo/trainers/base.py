@@ -26,7 +26,7 @@ from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.devices import DevicePlan
 from mbpo.errors import MbpoError
-from mbpo.evaluation import evaluate
+from mbpo.evaluation import critic_bias, evaluate_episodes
 from mbpo.model_based import ModelBased
 from mbpo.precision import resolve_precision
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
@@ -133,7 +133,8 @@ class Trainer:
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
-                                    device, self.seed("model"), rollouts_per_transition(config))
+                                    device, self.seed("model"), rollouts_per_transition(config),
+                                    config.agent.learning_starts)
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()
@@ -145,6 +146,8 @@ class Trainer:
         self.wall_s = 0.0
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
+        self.last_q_bias: dict[str, float] = {}
+        """The critic's bias at the last evaluation's start states (q_start, mc_return_start, q_bias)."""
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
         self.time_s = dict.fromkeys(TIME_PARTS, 0.0)
         """Seconds spent in each part of training since this process started it (logged as time_<part>_s).
@@ -181,9 +184,14 @@ class Trainer:
                    done or crossed(before, after, cfg.checkpoint.every))
 
     def _evaluate(self, poll: Callable[[], None] | None = None) -> None:
-        """The deterministic policy on the eval env, seeded per evaluation (its own stream)."""
+        """The deterministic policy on the eval env, seeded per evaluation (its own stream), and the critic's
+        bias at the episodes' start states: mean Q against the mean discounted Monte-Carlo return.
+        """
         start = time.perf_counter()
-        self.last_eval_return = float(np.mean(evaluate(self.agent, self.eval_env, self.eval_seed(), poll)))
+        gamma = self.config.agent.sac.gamma if self.config.agent.name == "sac" else self.config.agent.dqn.gamma
+        episodes = evaluate_episodes(self.agent, self.eval_env, self.eval_seed(), poll, gamma)
+        self.last_eval_return = float(np.mean(episodes.returns))
+        self.last_q_bias = critic_bias(self.agent, episodes)
         self.last_eval_env_steps = self.env_steps
         self.time_s["eval"] += time.perf_counter() - start
 
@@ -231,6 +239,7 @@ class Trainer:
             "wall_s": round(wall_s, 3),
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
+            **(self.last_q_bias if evaluated else {}),
             "utd_ratio": self.utd_ratio,
             "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
             "updates_per_vector_step": self.config.env.num_envs * self.utd_ratio,

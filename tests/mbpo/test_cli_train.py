@@ -81,3 +81,18 @@ def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsy
     out = tmp_path / "cmp.png"
     assert cli.main(["plot", *map(str, runs), "--out", str(out), "--x", "wall_s"]) == 0
     assert Path(capsys.readouterr().out.strip()) == out and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_of_an_mbpo_run_adds_the_model_health_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "mbpo"
+    assert cli.main(["train", "--config", "configs/pendulum_mbpo.yaml", f"run_dir={run}", *TINY,
+                     "model.hidden_sizes=[16,16]", "model.weight_decay=[0,0,0]", "model.max_epochs=3",
+                     "model.rollouts_per_real=2", "agent.utd_ratio=1", "log_every=50"]) == 0
+    rows = read_metrics(run / "metrics.csv")
+    assert rows[-1]["model_err_delta"] and rows[-1]["model_open_loop_err_5"] and rows[-1]["rollout_mean_length"]
+    assert [r["q_bias"] != "" for r in rows] == [bool(r["eval_return"]) for r in rows]  # with every evaluation
+    capsys.readouterr()
+    assert cli.main(["plot", str(run)]) == 0
+    curve, health = map(Path, capsys.readouterr().out.split())
+    assert curve == run / "learning_curve.png" and health == run / "learning_curve_model_health.png"
+    assert health.read_bytes()[:4] == b"\x89PNG"

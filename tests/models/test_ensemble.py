@@ -326,32 +326,42 @@ def test_state_dict_round_trip_resumes_exactly() -> None:
         assert torch.equal(pa, pb)
 
 
-def test_early_stopping_stops_and_keeps_best_weights() -> None:
-    ens = DynamicsEnsemble(small_config(max_epochs=500, patience=2), OBS, BOX, "cpu")
+@pytest.mark.parametrize("fit_baseline", ["new_fit", "pre_fit"])
+def test_early_stopping_stops_and_keeps_best_weights(fit_baseline: str) -> None:
+    ens = DynamicsEnsemble(small_config(max_epochs=500, patience=2, fit_baseline=fit_baseline), OBS, BOX, "cpu")
     data = linear_system(500, noise=0.1)
     metrics = ens.fit(*data)
-    assert 2 < metrics["epochs"] < 500
-    # A training that only makes things worse (huge lr) leaves every member's weights untouched.
+    assert 2 < metrics["epochs"] < 500 and metrics["stopped_by"] == "patience" and not metrics["capped"]
+    assert metrics["members_below_pre_fit"] == 0 and metrics["members_discarded"] == 0  # from scratch: all improve
+    # A training that only makes things worse (huge lr): with pre_fit every member keeps its old weights
+    # (mbrl-lib); with new_fit (the paper's code) each keeps the best epoch of this training, worse or not.
     before = [p.detach().clone() for p in ens.parameters()]
     for group in ens.optimizer.param_groups:
         group["lr"] = 10.0
     again = ens.fit(*data)
-    assert again["epochs"] == 2  # patience epochs without improvement
-    for p, q in zip(ens.parameters(), before, strict=True):
-        assert torch.equal(p, q)
-
+    assert again["members_below_pre_fit"] == 4
+    unchanged = all(torch.equal(p, q) for p, q in zip(ens.parameters(), before, strict=True))
+    if fit_baseline == "pre_fit":
+        assert again["epochs"] == 2 and unchanged and again["members_discarded"] == 4  # patience epochs
+        assert again["holdout_mse"] == again["pre_fit_mse"]
+    else:
+        assert again["epochs"] == 3 and not unchanged and again["members_discarded"] == 0  # epoch 1, then patience
+        assert all(new > old for new, old in zip(again["holdout_mse"], again["pre_fit_mse"], strict=True))
 
 
 def test_max_grad_steps_caps_a_training_part_way_through_an_epoch() -> None:
     data = linear_system(500)  # 100 held out, 400 to train on: 7 steps of 64 per epoch
     capped = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=10), OBS, BOX, "cpu")
     metrics = capped.fit(*data)
-    assert (metrics["epochs"], metrics["grad_steps"]) == (2, 10)
+    assert (metrics["epochs"], metrics["grad_steps"], metrics["stopped_by"], metrics["capped"]) == (2, 10,
+                                                                                                   "max_grad_steps", True)
     assert all(int(state["step"]) == 10 for state in capped.optimizer.state.values())
     # Before the cap binds, nothing changes: a cap of one epoch is exactly max_epochs=1.
     one_epoch = DynamicsEnsemble(small_config(max_epochs=1), OBS, BOX, "cpu").fit(*data)
     cap_of_seven = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=7), OBS, BOX, "cpu")
-    assert cap_of_seven.fit(*data) == one_epoch and one_epoch["grad_steps"] == 7
+    by_steps, by_epochs = cap_of_seven.fit(*data), dict(one_epoch)
+    assert (by_steps.pop("stopped_by"), by_epochs.pop("stopped_by")) == ("max_grad_steps", "max_epochs")
+    assert by_steps == by_epochs and one_epoch["grad_steps"] == 7
 
 
 @pytest.mark.parametrize("asks_before_stop", [1, 6, 9, 10])
@@ -365,7 +375,7 @@ def test_a_stop_request_ends_a_fit_within_one_gradient_step(asks_before_stop: in
     # One ask before each epoch, then one before each step: 6 asks = 5 steps, 9 = one whole epoch,
     # 10 = one epoch and one step.
     expected = {1: (0, 0), 6: (1, 5), 9: (1, 7), 10: (2, 8)}[asks_before_stop]
-    assert (metrics["epochs"], metrics["grad_steps"]) == expected
+    assert (metrics["epochs"], metrics["grad_steps"], metrics["stopped_by"]) == (*expected, "stop")
     assert all(int(state["step"]) == expected[1] for state in ens.optimizer.state.values())
     if expected[1] == 0:
         assert all(torch.equal(p, q) for p, q in zip(ens.parameters(), before, strict=True))

@@ -63,6 +63,40 @@ def test_gate_holds_collectors_until_the_learner_catches_up() -> None:
     assert gate.reserve(10, stop) == (100, 10)
 
 
+def test_the_lead_stops_growing_at_max_lead_but_never_drops_below_one_batch() -> None:
+    """ratio_tolerance alone lets collectors run 10% of the run ahead; max_lead caps it in transitions."""
+    unbounded, capped = _gate(total_env_steps=100_000), _gate(total_env_steps=100_000, max_lead=256)
+    tiny_cap = _gate(total_env_steps=100_000, max_lead=4)  # below one batch (min_lead=10)
+    for gate in (unbounded, capped, tiny_cap):
+        gate.reserved = 50_100  # 50,000 transitions that earn updates
+    assert (unbounded.lead(), capped.lead(), tiny_cap.lead()) == (5_000, 256, 10)
+    for gate in (unbounded, capped, tiny_cap):
+        gate.reserved = 1_100  # early in a run the relative bound is the tighter one
+    assert (unbounded.lead(), capped.lead()) == (100, 100)
+    # What the cap means to a collector: with the learner 300 transitions' updates behind, it waits.
+    gate, stop = _gate(total_env_steps=100_000, max_lead=256), threading.Event()
+    gate.reserved = 50_100  # taken and ingested, the learner 300 transitions' worth of updates behind
+    gate.add(ingested=50_100, updates=gate.updates_earned(50_100 - 300))
+    assert gate.reserve(10, stop, stop.set)[1] == 0
+    stop.clear()
+    gate.add(updates=gate.updates_earned(50_100 + 10 - 256) - gate.updates)  # now within 256 of the request
+    assert gate.reserve(10, stop) == (50_100, 10)
+
+
+def test_model_trainings_start_at_learning_starts() -> None:
+    """The paper's code fits its first model right after the random steps, then every train_freq."""
+    from mbpo.model_based import trainings_earned
+
+    assert [trainings_earned(s, 250, 5000) for s in (249, 4999, 5000, 5249, 5250, 30_000)] == [0, 0, 1, 1, 2, 101]
+    assert [trainings_earned(s, 250, 0) for s in (249, 250, 500)] == [0, 1, 2]  # from the first multiple
+    assert [trainings_earned(s, 50, 120) for s in (149, 150, 200)] == [0, 1, 2]  # 150: first multiple >= 120
+    gate = _gate(utd_ratio=0.0, train_freq=250, learning_starts=5000, total_env_steps=6000)
+    gate.ingested = 4999
+    assert gate.trainings_due() == 0
+    gate.ingested = 5000
+    assert gate.trainings_due() == 1
+
+
 def test_gate_waits_for_due_model_trainings_and_stops_at_the_budget() -> None:
     gate, stop = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0, total_env_steps=155), threading.Event()
     assert gate.reserve(50, stop) == (0, 50)
