@@ -1,74 +1,114 @@
-"""MuJoCo Hopper-v5: MBPO-SAC against SAC at the same 20 updates per step and Stable-Baselines3 SAC.
+"""MuJoCo Hopper-v5 and Walker2d-v5: MBPO-SAC against SAC at the same 20 updates per step and Stable-Baselines3 SAC.
 
-One invocation runs (or picks up) every learner and seed on this machine, prints one JSON line and draws
-one learning-curve PNG (median and range over seeds, through ``mbpo plot``'s :func:`mbpo.plotting.plot_runs`).
-Every learner is evaluated every 2,500 env steps on 10 deterministic episodes:
+One invocation runs (or picks up) every requested learner and seed on this machine, prints one JSON line and
+draws the learning curves (median and range over seeds, through ``mbpo plot``'s :func:`mbpo.plotting.plot_runs`)
+and the MBPO runs' model-health chart. Every learner is evaluated every 2,500 env steps on 10 deterministic
+episodes; env steps count the 5,000 random steps, as the MBPO authors' own curves do (their x runs 6,019,
+7,019, ...: jannerm/mbpo's ``sampler/total-samples``), which are drawn beside ours from
+docs/results/locomotion/mbpo_paper.json (gym -v2, MuJoCo 1.50).
 
-* ``mbpo``: ``configs/hopper_mbpo.yaml`` (the MBPO paper's Hopper constants; async trainer);
+* ``mbpo``: ``configs/<env>_mbpo.yaml`` (the MBPO paper's constants; async trainer);
 * ``sac_same_ratio``: the same config with ``model.enabled=false`` (20 updates per real step, no model);
-* ``sb3``: Stable-Baselines3 SAC with rl-zoo's Hopper hyperparameters (``hyperparams/sac.yml``, mujoco
-  defaults: ``learning_starts`` 10,000, SB3's defaults otherwise: 256x256, lr 3e-4, batch 256, 1 update
-  per step, automatic entropy).
+* ``sb3``: Stable-Baselines3 SAC with rl-zoo's settings (``hyperparams/sac.yml``, mujoco defaults:
+  ``learning_starts`` 10,000, SB3's defaults otherwise: 256x256, lr 3e-4, batch 256, 1 update per step,
+  automatic entropy);
+* ``mbpo_sync``: ``mbpo`` with ``trainer=sync`` (the paper's MBPO is synchronous): the async trainer's cost;
+* ``mbpo_lead0``: ``mbpo`` with ``runtime.max_lead=0``, the collectors' lead bounded only by
+  ``runtime.ratio_tolerance`` (10% of the run), as before ``runtime.max_lead`` existed.
 
-Runs take hours on a 2-core CPU, so each (learner, seed) has its own run dir under ``--run-root`` (keep it
-outside the checkout): a finished run is read, not rerun; an interrupted one of ours is resumed from its
-newest checkpoint (an SB3 run, minutes long, is rerun). Targets: MBPO's median return at 30k env steps
->= 1.5x same-ratio SAC's and >= 2x SB3's.
+Runs take hours on a 2-core CPU, so each (env, learner, seed) has its own run dir under ``--run-root`` (keep it
+outside the checkout): a finished run is read, not rerun; an interrupted one of ours is resumed from its newest
+checkpoint (an SB3 run, minutes long, is rerun). ``--results DIR`` copies every finished run's config.yaml,
+metrics.csv and run.json there (docs/results/locomotion in the repository), and ``--report-only --run-root
+DIR`` rebuilds the JSON line and the charts from such a copy. Targets (Hopper): MBPO's median return at 30k
+env steps >= 1.5x same-ratio SAC's and >= 2x SB3's.
 
-    python benchmarks/locomotion.py [--seeds 0 1 2] [--run-root ~/mbpo-runs/locomotion] [--precision fp32|bf16]
-                                    [--only mbpo sac_same_ratio sb3] [--jobs 1] [--report-only]
+    python benchmarks/locomotion.py [--env hopper|walker2d] [--seeds 0 1 2] [--learners mbpo sac_same_ratio sb3]
+                                    [--run-root ~/mbpo-runs/locomotion] [--results docs/results/locomotion]
+                                    [--report-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
+import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-CONFIG = "configs/hopper_mbpo.yaml"
-ENV_ID = "Hopper-v5"
+ENVS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5"}
 STEPS = 30_000
+RANDOM_STEPS = 5_000  # agent.learning_starts of both configs
 EVAL_EVERY, EVAL_EPISODES = 2_500, 10
 REPORT_AT = (10_000, 20_000, 30_000)
-LEARNERS = ("mbpo", "sac_same_ratio", "sb3")
+LEARNERS = ("mbpo", "sac_same_ratio", "sb3", "mbpo_sync", "mbpo_lead0")
+OVERRIDES = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"], "mbpo_sync": ["trainer=sync"],
+             "mbpo_lead0": ["runtime.max_lead=0"]}
 LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 20, no model)",
-          "sb3": "SB3 SAC (rl-zoo, utd 1)"}
+          "sb3": "SB3 SAC (rl-zoo, utd 1)", "mbpo_sync": "MBPO-SAC (ours, utd 20, sync trainer)",
+          "mbpo_lead0": "MBPO-SAC (ours, utd 20, lead not capped)"}
+KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
+"""What --results keeps of a finished run (small text files; no checkpoints)."""
+PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
+"""The MBPO paper's curves, where known: ``{env_id: {"source": ..., "env_steps": [...], "return": [...],
+"std": [...]}}``; env steps count the random ones, as ours do."""
+HEALTH = ("model_err_delta", "model_err_reward", "model_open_loop_err_1", "model_open_loop_err_5",
+          "model_err_termination", "real_termination_rate", "rollout_termination_rate", "rollout_nonfinite_frac",
+          "rollout_mean_length", "q_bias", "model_fits_capped", "model_members_below_pre_fit", "model_trainings",
+          "model_fit_epochs", "learner_busy", "model_busy")
 
 
-def run_dir_of(root: Path, learner: str, seed: int, precision: str) -> Path:
-    suffix = "" if learner == "sb3" or precision == "fp32" else f"-{precision}"
-    return root / f"{learner}{suffix}-s{seed}"
+def machine() -> dict[str, Any]:
+    """What a figure was measured on: CPU model and the flags that decide precision, torch."""
+    import torch
+
+    from mbpo.precision import native_bf16
+
+    model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                  if line.startswith("model name")), platform.processor())
+    flags = set(next((line.split(":", 1)[1].split() for line in _read("/proc/cpuinfo").splitlines()
+                      if line.startswith("flags")), []))
+    return {"cpu": model, "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+            "bf16_native": native_bf16("cpu")[0], "torch": torch.__version__, "cpu_count": _cpu_count()}
 
 
-def run_ours(learner: str, seed: int, run_dir: Path, precision: str) -> None:
+def run_dir_of(root: Path, env: str, learner: str, seed: int) -> Path:
+    return root / env / f"{learner}-s{seed}"
+
+
+def run_ours(env: str, learner: str, seed: int, run_dir: Path) -> None:
     """Train, or resume an interrupted run; a finished run is left as it is."""
     from mbpo.checkpoint import list_checkpoints
     from mbpo.config import load_config
     from mbpo.trainers import RunAlreadyDone, make_trainer, resume_trainer
 
+    if _done(run_dir):
+        return
+    start = time.perf_counter()
     if list_checkpoints(run_dir / "checkpoints"):
         try:
             trainer = resume_trainer(run_dir, [f"total_env_steps={STEPS}"])
         except RunAlreadyDone:
-            return
+            trainer = None
     else:
         overrides = [f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={STEPS}", f"eval_every={EVAL_EVERY}",
-                     f"eval_episodes={EVAL_EPISODES}", "progress=false", f"agent.sac.precision={precision}"]
-        if learner == "sac_same_ratio":
-            overrides.append("model.enabled=false")
-        trainer = make_trainer(load_config(CONFIG, overrides), run_dir)
-    trainer.run()
-    if getattr(trainer, "exit_code", 0):  # Ctrl-C or SIGTERM: the run is checkpointed; stop here, resume later
-        raise SystemExit(trainer.exit_code)
+                     f"eval_episodes={EVAL_EPISODES}", "progress=false", *OVERRIDES[learner]]
+        trainer = make_trainer(load_config(ROOT / "configs" / f"{env}_mbpo.yaml", overrides), run_dir)
+    if trainer is not None:
+        trainer.run()
+        if getattr(trainer, "exit_code", 0):  # Ctrl-C or SIGTERM: the run is checkpointed; stop here, resume later
+            raise SystemExit(trainer.exit_code)
+    _write_run_json(run_dir, learner, seed, time.perf_counter() - start)
 
 
-def run_sb3(seed: int, run_dir: Path) -> None:
+def run_sb3(env: str, seed: int, run_dir: Path) -> None:
     """SB3 SAC, evaluated on the same cadence; writes metrics.csv and a run.json that names the curve."""
     import gymnasium as gym
     from stable_baselines3 import SAC
@@ -77,25 +117,48 @@ def run_sb3(seed: int, run_dir: Path) -> None:
 
     from mbpo.metrics import MetricsLogger
 
-    if (run_dir / "run.json").is_file() and json.loads((run_dir / "run.json").read_text()).get("done"):
+    if _done(run_dir):
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     logger = MetricsLogger(run_dir, STEPS, progress=False)
-    eval_env = gym.make(ENV_ID)
+    eval_env = gym.make(ENVS[env])
     start = time.perf_counter()
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % EVAL_EVERY == 0:
-                returns, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
+                returns, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
+                                             warn=False)
                 logger.log({"env_steps": self.num_timesteps, "updates": self.model._n_updates,
                             "wall_s": round(time.perf_counter() - start, 3), "eval_return": float(returns)})
             return True
 
-    model = SAC("MlpPolicy", gym.make(ENV_ID), learning_starts=10_000, seed=seed, device="cpu", verbose=0)
+    model = SAC("MlpPolicy", gym.make(ENVS[env]), learning_starts=10_000, seed=seed, device="cpu", verbose=0)
     model.learn(total_timesteps=STEPS, callback=Evaluate())
     logger.close()
-    (run_dir / "run.json").write_text(json.dumps({"label": LABELS["sb3"], "seed": seed, "done": True}))
+    _write_run_json(run_dir, "sb3", seed, time.perf_counter() - start)
+
+
+def _write_run_json(run_dir: Path, learner: str, seed: int, seconds: float) -> None:
+    info = {"label": LABELS[learner], "learner": learner, "seed": seed, "done": True,
+            "wall_s_this_invocation": round(seconds, 1), "machine": machine()}
+    (run_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def _done(run_dir: Path) -> bool:
+    try:
+        return bool(json.loads((run_dir / "run.json").read_text()).get("done"))
+    except (OSError, ValueError):
+        return False
+
+
+def export(run_dir: Path, results: Path, env: str) -> None:
+    """Copy a finished run's small text files to ``results/<env>/<run>/`` (for the repository)."""
+    dest = results / env / run_dir.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, dest / name)
 
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
@@ -108,67 +171,145 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         rows = read_metrics(run_dir / "metrics.csv")
         evals = {int(r["env_steps"]): float(r["eval_return"]) for r in rows if r.get("eval_return")}
         last = rows[-1]
-        runs.append({
+        run: dict[str, Any] = {
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
-            "returns": {str(k): round(evals[k], 1) for k in REPORT_AT if k in evals},
-            "env_steps_per_s": _float(last.get("env_steps_per_s")), "learner_busy": _float(last.get("learner_busy")),
-            "model_busy": _float(last.get("model_busy")),
-        })
+            "done": _done(run_dir), "returns": {str(k): round(evals[k], 1) for k in REPORT_AT if k in evals},
+        }
+        health = {k: _float(last.get(k)) for k in HEALTH if _float(last.get(k)) is not None}
+        if health:
+            run["last_row"] = {k: round(v, 4) for k, v in health.items()}
+        runs.append(run)
     out: dict[str, Any] = {"label": LABELS[learner], "runs": runs}
     for k in REPORT_AT:
         values = [r["returns"][str(k)] for r in runs if str(k) in r["returns"]]
         out[f"median_at_{k}"] = round(statistics.median(values), 1) if values else None
-    out["seeds_done"] = sum(r["env_steps"] >= STEPS for r in runs)
+        out[f"range_at_{k}"] = [min(values), max(values)] if values else None
+    out["seeds_done"] = sum(r["done"] for r in runs)
     return out
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if value not in (None, "") else None
+def paper_curve(env_id: str) -> dict[str, Any] | None:
+    """The paper's curve for ``env_id``, if docs/results has it."""
+    if not PAPER_FILE.is_file():
+        return None
+    curve: dict[str, Any] | None = json.loads(PAPER_FILE.read_text()).get(env_id)
+    return curve
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--run-root", type=Path, default=Path.home() / "mbpo-runs" / "locomotion")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="our learners' SAC update")
-    parser.add_argument("--only", nargs="+", choices=LEARNERS, default=list(LEARNERS))
-    parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
-    args = parser.parse_args()
-    from mbpo.logs import quiet_torchrl
-    from mbpo.plotting import plot_runs
+def paper_at(curve: dict[str, Any], env_steps: int) -> tuple[int, float, float] | None:
+    """The paper's point nearest ``env_steps`` (its evaluations fall 19 steps after each thousand)."""
+    near = min(range(len(curve["env_steps"])), key=lambda i: abs(curve["env_steps"][i] - env_steps))
+    if abs(curve["env_steps"][near] - env_steps) > 500:
+        return None
+    return curve["env_steps"][near], curve["return"][near], curve["std"][near]
 
-    quiet_torchrl()
-    root = args.run_root.expanduser()
-    root.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
-        for seed in args.seeds:  # seed-major, so an interrupted invocation has every learner at some seeds
-            for learner in args.only:
-                run_dir = run_dir_of(root, learner, seed, args.precision)
-                print(f"[locomotion] {learner} seed {seed}: {run_dir}", file=sys.stderr)
-                if learner == "sb3":
-                    run_sb3(seed, run_dir)
-                else:
-                    run_ours(learner, seed, run_dir, args.precision)
-    result: dict[str, Any] = {"benchmark": "locomotion", "env": ENV_ID, "env_steps": STEPS, "eval_every": EVAL_EVERY,
-                              "eval_episodes": EVAL_EPISODES, "precision": args.precision, "seeds": args.seeds,
-                              "learners": {}}
-    dirs = {learner: [run_dir_of(root, learner, s, args.precision) for s in args.seeds] for learner in LEARNERS}
+
+def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None) -> Path:
+    from mbpo.plotting import _pyplot, curves
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for label, c in curves(run_dirs).items():
+        k = len(c["seeds"])
+        line, = ax.plot(c["x"], c["median"], "o-", ms=3, label=f"{label} ({k} seed{'s' if k > 1 else ''})")
+        if k > 1:
+            ax.fill_between(c["x"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
+    if paper is not None:
+        keep = [i for i, x in enumerate(paper["env_steps"]) if x <= STEPS + 2_000]
+        x, y, sd = ([paper[k][i] for i in keep] for k in ("env_steps", "return", "std"))
+        ax.plot(x, y, "k--", lw=1.2, label=f"MBPO paper ({paper['source_short']}), mean and std")
+        ax.fill_between(x, [a - b for a, b in zip(y, sd, strict=True)], [a + b for a, b in zip(y, sd, strict=True)],
+                        color="k", alpha=0.08)
+    ax.axvline(RANDOM_STEPS, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("env steps (including the 5,000 random ones)")
+    ax.set_ylabel("evaluation return (10 episodes)")
+    ax.set_title(f"{ENVS[env]}: median and range over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def report(env: str, root: Path, seeds: list[int]) -> dict[str, Any]:
+    from mbpo.plotting import plot_model_health
+
+    dirs = {learner: [run_dir_of(root, env, learner, s) for s in seeds] for learner in LEARNERS}
+    result: dict[str, Any] = {"benchmark": "locomotion", "env": ENVS[env], "env_steps": STEPS,
+                              "eval_every": EVAL_EVERY, "eval_episodes": EVAL_EPISODES, "seeds": seeds,
+                              "machine": machine(), "learners": {}}
     for learner in LEARNERS:
-        result["learners"][learner] = summarize(learner, dirs[learner])
-    existing = [d for learner in LEARNERS for d in dirs[learner] if (d / "metrics.csv").is_file()]
+        summary = summarize(learner, dirs[learner])
+        if summary["runs"]:
+            result["learners"][learner] = summary
+    paper = paper_curve(ENVS[env])
+    if paper is not None:
+        result["mbpo_paper"] = {"source": paper["source"],
+                                **{f"at_{k}": paper_at(paper, k) for k in REPORT_AT}}  # (env steps, mean, std)
+    existing = [d for learner in ("mbpo", "sac_same_ratio", "sb3") for d in dirs[learner]
+                if (d / "metrics.csv").is_file()]
     if existing:
-        png = plot_runs(existing, root / f"hopper_learning_curves_{args.precision}.png",
-                        title=f"{ENV_ID}: evaluation return (10 episodes), median and range over seeds")
-        result["plot"] = str(png)
-    mbpo = result["learners"]["mbpo"][f"median_at_{STEPS}"]
+        result["plot"] = str(draw(env, existing, root / f"{env}_learning_curves.png", paper))
+        mbpo_dirs = [d for d in dirs["mbpo"] if (d / "metrics.csv").is_file()]
+        health = plot_model_health(mbpo_dirs, root / f"{env}_mbpo_model_health.png") if mbpo_dirs else None
+        if health is not None:
+            result["model_health_plot"] = str(health)
+    mbpo = result["learners"].get("mbpo", {}).get(f"median_at_{STEPS}")
     targets = {}
     for peer, factor in (("sac_same_ratio", 1.5), ("sb3", 2.0)):
-        value = result["learners"][peer][f"median_at_{STEPS}"]
+        value = result["learners"].get(peer, {}).get(f"median_at_{STEPS}")
         if mbpo is not None and value is not None:
             result[f"mbpo_over_{peer}"] = round(mbpo / value, 3) if value else None
             targets[f"mbpo_at_least_{factor}x_{peer}"] = mbpo >= factor * value
     result["targets"] = targets
-    print(json.dumps(result))
+    return result
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", choices=sorted(ENVS), default="hopper")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--run-root", type=Path, default=Path.home() / "mbpo-runs" / "locomotion")
+    parser.add_argument("--learners", nargs="+", choices=LEARNERS, default=["mbpo", "sac_same_ratio", "sb3"])
+    parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
+    parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
+    args = parser.parse_args()
+    from mbpo.logs import quiet_torchrl
+
+    quiet_torchrl()
+    root = args.run_root.expanduser()
+    if not args.report_only:
+        for seed in args.seeds:  # seed-major, so an interrupted invocation has every learner at some seeds
+            for learner in args.learners:
+                run_dir = run_dir_of(root, args.env, learner, seed)
+                print(f"[locomotion] {args.env} {learner} seed {seed}: {run_dir}", file=sys.stderr, flush=True)
+                if learner == "sb3":
+                    run_sb3(args.env, seed, run_dir)
+                else:
+                    run_ours(args.env, learner, seed, run_dir)
+                if args.results is not None and _done(run_dir):
+                    export(run_dir, args.results, args.env)
+    print(json.dumps(report(args.env, root, args.seeds)))
 
 
 if __name__ == "__main__":
