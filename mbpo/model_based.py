@@ -253,7 +253,7 @@ class ModelBased:
                 torch.cuda.current_stream(self.device).wait_event(self.buffer_ready)
             if len(self.model_buffer) == 0:
                 return sample_batches(real, batch_size, count, self.debug)
-            n_real = int(round(batch_size * self.config.real_ratio))
+            n_real = int(batch_size * self.config.real_ratio + 1e-9)  # rounded down, as the paper (256 x 0.05 = 12)
             model = self.model_buffer.sample(count * (batch_size - n_real), self.batch_generator)
         model = model.select(*TRANSITION_KEYS).reshape(count, batch_size - n_real)
         if n_real == 0:
