@@ -100,6 +100,7 @@ def run_sb3(seed: int, run_dir: Path) -> None:
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     from mbpo.metrics import read_metrics
+    from mbpo.throughput import steady_rate, whole_run_rate
 
     runs = []
     for run_dir in run_dirs:
@@ -111,8 +112,9 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         runs.append({
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
             "returns": {str(k): round(evals[k], 1) for k in REPORT_AT if k in evals},
-            "env_steps_per_s": _float(last.get("env_steps_per_s")), "learner_busy": _float(last.get("learner_busy")),
-            "model_busy": _float(last.get("model_busy")),
+            # Steady state (from the first metrics row on: no start-up) and the whole run's average beside it.
+            "env_steps_per_s": _round(steady_rate(rows)), "env_steps_per_s_whole_run": _round(whole_run_rate(rows)),
+            "learner_busy": _median(rows, "learner_busy"), "model_busy": _median(rows, "model_busy"),
         })
     out: dict[str, Any] = {"label": LABELS[learner], "runs": runs}
     for k in REPORT_AT:
@@ -122,8 +124,14 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     return out
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if value not in (None, "") else None
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _median(rows: list[dict[str, str]], column: str) -> float | None:
+    """The median of a per-interval column over the rows after the first (whose interval holds the start-up)."""
+    values = [float(r[column]) for r in rows[1:] if r.get(column)]
+    return round(statistics.median(values), 3) if values else None
 
 
 def main() -> None:

@@ -75,8 +75,12 @@ def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
     minutes, seconds = divmod(int(round(trainer.wall_s)), 60)
     evaluation = ("no evaluation yet" if trainer.last_eval_return is None else
                   f"last evaluation {trainer.last_eval_return:.1f} at {trainer.last_eval_env_steps:,} env steps")
+    rate = ""
+    if row.get("env_steps_per_s") is not None and row.get("env_steps_per_s_whole_run") is not None:
+        rate = (f" ({row['env_steps_per_s']:,.0f} env steps/s over the last logging interval, "
+                f"{row['env_steps_per_s_whole_run']:,.0f} over the whole run)")
     print(f"[mbpo] {trainer.env_steps:,} env steps, {trainer.agent.num_updates:,} updates in {minutes} min "
-          f"{seconds} s; {evaluation}; run dir {run_dir}")
+          f"{seconds} s{rate}; {evaluation}; run dir {run_dir}")
     print(json.dumps({"run_dir": str(run_dir), **row, **last}))
     return getattr(trainer, "exit_code", 0)
 
