@@ -100,7 +100,7 @@ def run_sb3(seed: int, run_dir: Path) -> None:
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     from mbpo.metrics import read_metrics
-    from mbpo.throughput import steady_rate, whole_run_rate
+    from mbpo.throughput import steady_rate
 
     runs = []
     for run_dir in run_dirs:
@@ -112,8 +112,9 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         runs.append({
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
             "returns": {str(k): round(evals[k], 1) for k in REPORT_AT if k in evals},
-            # Steady state (from the first metrics row on: no start-up) and the whole run's average beside it.
-            "env_steps_per_s": _round(steady_rate(rows)), "env_steps_per_s_whole_run": _round(whole_run_rate(rows)),
+            # Steady state (no start-up: mbpo.throughput.steady_rate) and the whole run's average beside it.
+            "env_steps_per_s": _round(steady_rate(rows)),
+            "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
             "learner_busy": _median(rows, "learner_busy"), "model_busy": _median(rows, "model_busy"),
         })
     out: dict[str, Any] = {"label": LABELS[learner], "runs": runs}

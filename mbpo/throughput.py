@@ -10,11 +10,12 @@ as ``env_steps_per_s_whole_run`` and ``updates_per_s_whole_run``: ``env_steps / 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Throughput", "RATE_COLUMNS", "steady_rate", "whole_run_rate"]
+__all__ = ["Throughput", "RATE_COLUMNS", "steady_rate"]
 
 RATE_COLUMNS = ("env_steps_per_s", "updates_per_s", "env_steps_per_s_whole_run", "updates_per_s_whole_run")
 """The rate columns a trainer's row carries (also: what a determinism check leaves out, with ``wall_s``)."""
@@ -67,19 +68,12 @@ class Throughput:
 
 
 def steady_rate(rows: Sequence[dict[str, Any]], counter: str = "env_steps") -> float | None:
-    """``counter`` per second once a run is going: from its first metrics row to its last, so the start-up
-    (before the first row) is left out. Equal to the interval rates of the later rows averaged by their
-    seconds; it needs only ``wall_s``, so it reads a ``metrics.csv`` of any age. None with under two rows.
+    """``counter`` per second once a run is going: the median over its logging intervals after the first
+    (which holds the start-up) of the count over the seconds, from the rows' ``counter`` and ``wall_s``.
+    The median also outweighs a slow last interval (an async run's final row includes joining the
+    collectors) and a checkpoint's pause. Any ``metrics.csv`` will do, whatever wrote it. None with
+    fewer than two rows.
     """
-    if len(rows) < 2:
-        return None
-    first, last = rows[0], rows[-1]
-    seconds = float(last["wall_s"]) - float(first["wall_s"])
-    return (float(last[counter]) - float(first[counter])) / max(seconds, _TINY_S)
-
-
-def whole_run_rate(rows: Sequence[dict[str, Any]], counter: str = "env_steps") -> float | None:
-    """``counter`` per second over the whole run, start-up included: the last row's count over its ``wall_s``."""
-    if not rows:
-        return None
-    return float(rows[-1][counter]) / max(float(rows[-1]["wall_s"]), _TINY_S)
+    rates = [(float(b[counter]) - float(a[counter])) / max(float(b["wall_s"]) - float(a["wall_s"]), _TINY_S)
+             for a, b in zip(rows, rows[1:], strict=False)]
+    return statistics.median(rates) if rates else None

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mbpo.metrics import read_metrics
-from mbpo.throughput import Throughput, steady_rate, whole_run_rate
+from mbpo.throughput import Throughput, steady_rate
 from mbpo.trainers import SyncTrainer
 from tests.mbpo.test_sync_trainer import tiny
 
@@ -50,13 +50,13 @@ def test_after_a_resume_the_first_interval_starts_at_the_resume() -> None:
     assert row["env_steps_per_s_whole_run"] == 400 / 34 and row["updates_per_s_whole_run"] == 90 / 34
 
 
-def test_steady_and_whole_run_rates_from_rows() -> None:
-    rows = [{"env_steps": "100", "updates": "0", "wall_s": "10.0"},  # start-up: 10 s for 100 steps
+def test_the_steady_rate_leaves_the_start_up_out() -> None:
+    rows = [{"env_steps": "100", "updates": "0", "wall_s": "10.0"},  # start-up: 10 s for the first 100 steps
             {"env_steps": "600", "updates": "50", "wall_s": "11.0"},
-            {"env_steps": "1100", "updates": "150", "wall_s": "12.0"}]
-    assert steady_rate(rows) == 500.0 and steady_rate(rows, "updates") == 75.0
-    assert whole_run_rate(rows) == 1100 / 12 and whole_run_rate(rows, "updates") == 150 / 12
-    assert steady_rate(rows[:1]) is None and whole_run_rate([]) is None
+            {"env_steps": "1200", "updates": "150", "wall_s": "12.0"},
+            {"env_steps": "1300", "updates": "200", "wall_s": "14.0"}]  # a slow last interval (shutdown)
+    assert steady_rate(rows) == 500.0 and steady_rate(rows, "updates") == 50.0  # medians of 500/600/50, 50/100/25
+    assert steady_rate(rows[:1]) is None
 
 
 def check_intervals(rows: list[dict[str, str]], start: tuple[int, int, float]) -> None:
