@@ -6,9 +6,11 @@
   serialises collector threads), and a slow env: native Pendulum-v1 x4 whose every step computes
   5 ms in Python (envs.faults ``busy``). Each with a random policy (``agent.learning_starts`` =
   the whole budget: no learner) and with the learner running (SAC, ``--learner-utd`` updates per
-  transition). The rate is steady-state: between the first and the last periodic metrics row, so
-  process start-up and shutdown are not in it. Targets on HalfCheetah with 2 collectors: ``process``
-  >= 1.6x ``thread``, ``ray`` >= 0.8x ``process``.
+  transition). ``env_steps_per_s`` is the steady-state rate: from the first to the last periodic
+  metrics row, i.e. those rows' interval rates (their ``env_steps_per_s``) after the first, averaged by
+  their seconds, so process start-up (the first interval) and shutdown (the final row) are not in it.
+  ``env_steps_per_s_whole_run`` beside it is the final row's whole-run average, both in. Targets on
+  HalfCheetah with 2 collectors (steady rates): ``process`` >= 1.6x ``thread``, ``ray`` >= 0.8x ``process``.
 * ``threshold`` (``--seeds``): async MBPO on ``configs/pendulum_mbpo.yaml`` with each backend; env steps
   until the 50-episode evaluation (every 200 steps) reaches -200 and stays (benchmarks/sample_efficiency.py).
   Target: the ``process`` and ``ray`` medians within 25% of ``thread``'s.
@@ -73,7 +75,8 @@ def collection_rate(env: str, backend: str, collectors: int, learner: bool, seco
     timed = [(int(r["env_steps"]), float(r["wall_s"])) for r in rows][:-1]
     (s0, w0), (s1, w1) = timed[0], timed[-1]
     return {"env": env, "backend": backend, "collectors": collectors, "learner": learner, "env_steps": steps,
-            "env_steps_per_s": round((s1 - s0) / max(w1 - w0, 1e-9)), "updates": row["updates"],
+            "env_steps_per_s": round((s1 - s0) / max(w1 - w0, 1e-9)),
+            "env_steps_per_s_whole_run": round(row["env_steps_per_s_whole_run"]), "updates": row["updates"],
             "learner_busy": row.get("learner_busy")}
 
 

@@ -62,7 +62,7 @@ PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
 HEALTH = ("model_err_delta", "model_err_reward", "model_open_loop_err_1", "model_open_loop_err_5",
           "model_err_termination", "real_termination_rate", "rollout_termination_rate", "rollout_nonfinite_frac",
           "rollout_mean_length", "q_bias", "model_fits_capped", "model_members_below_pre_fit", "model_trainings",
-          "model_fit_epochs", "learner_busy", "model_busy")
+          "model_fit_epochs")
 
 
 def machine() -> dict[str, Any]:
@@ -163,6 +163,7 @@ def export(run_dir: Path, results: Path, env: str) -> None:
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     from mbpo.metrics import read_metrics
+    from mbpo.throughput import steady_rate
 
     runs = []
     for run_dir in run_dirs:
@@ -174,6 +175,10 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         run: dict[str, Any] = {
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
             "done": _done(run_dir), "returns": {str(k): round(evals[k], 1) for k in REPORT_AT if k in evals},
+            # steady state (no start-up: mbpo.throughput.steady_rate) and the whole run's average beside it
+            "env_steps_per_s": _round(steady_rate(rows)),
+            "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
+            "learner_busy": _median(rows, "learner_busy"), "model_busy": _median(rows, "model_busy"),
         }
         health = {k: _float(last.get(k)) for k in HEALTH if _float(last.get(k)) is not None}
         if health:
@@ -263,6 +268,16 @@ def report(env: str, root: Path, seeds: list[int]) -> dict[str, Any]:
             targets[f"mbpo_at_least_{factor}x_{peer}"] = mbpo >= factor * value
     result["targets"] = targets
     return result
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def _median(rows: list[dict[str, str]], column: str) -> float | None:
+    """The median of a per-interval column over the rows after the first (whose interval holds the start-up)."""
+    values = [float(r[column]) for r in rows[1:] if r.get(column)]
+    return round(statistics.median(values), 3) if values else None
 
 
 def _float(value: Any) -> float | None:

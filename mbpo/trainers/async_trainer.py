@@ -217,11 +217,9 @@ class AsyncTrainer(Trainer):
         g.updates = self.updates_issued
         g.trainings = 0 if self.model is None else self.model.trainings
         self._publish()
-        self._t0 = self._t_row = time.perf_counter()
-        self._wall_start = self.wall_s
-        self._steps0, self._updates0 = self.env_steps, self.agent.num_updates
+        self._throughput = self._start_clock()
         self._periodic_steps = self.env_steps  # env steps the eval/log/checkpoint cadence has been checked up to
-        self._busy_row = 0.0
+        self._busy_row = self._model_busy_row = 0.0  # busy seconds at the last row (busy columns are per interval)
         self._started = True
         self.pool.start()
         if self.model_worker is not None:
@@ -328,26 +326,23 @@ class AsyncTrainer(Trainer):
         self._progress()
 
     def _progress(self) -> None:
+        rates = self._throughput.live(self.env_steps, self.agent.num_updates)
         self._logger.progress(self.env_steps, {
-            "eval_return": self.last_eval_return, "steps/s": self._rate(self.env_steps - self._steps0),
-            "upd/s": self._rate(self.agent.num_updates - self._updates0), "q": len(self.queue),
+            "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
+            "upd/s": rates["updates_per_s"], "q": len(self.queue),
             "lag": self.lag_versions[-1] if self.lag_versions else 0,
-            "busy": self.time_s["update"] / max(time.perf_counter() - self._t0, 1e-9),
+            "busy": (self.time_s["update"] - self._busy_row) / max(self._throughput.since_row(), 1e-9),
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
 
-    def _rate(self, count: int) -> float:
-        return count / max(time.perf_counter() - self._t0, 1e-9)
-
     def _log(self, logger: MetricsLogger, evaluated: bool) -> dict[str, Any]:
-        now = time.perf_counter()
-        rates = self.rates(now - self._t0, self.env_steps - self._steps0, self.agent.num_updates - self._updates0)
-        self.wall_s = self._wall_start + now - self._t0
+        timing = self._throughput.row(self.env_steps, self.agent.num_updates)
+        self.wall_s = timing["wall_s"]
         if self.model_worker is not None:
             self.time_s["model"] = self.model_worker.busy_s
-        row = self._row(self.wall_s, rates, evaluated)
-        window = max(now - self._t_row, 1e-9)
+        row = self._row(timing, evaluated)
+        window = max(self._throughput.interval_s, 1e-9)  # the busy columns share the rates' interval
         row.update({
             "queue_depth": self.queue_depth_sum / max(self.queue_samples, 1),
             "policy_lag_versions": float(np.mean(self.lag_versions)) if self.lag_versions else None,
@@ -361,12 +356,12 @@ class AsyncTrainer(Trainer):
             "gate_waits": self.gate.waits,
         })
         if self.model_worker is not None:
-            row["model_busy"] = round(self.model_worker.busy_s / max(now - self._t0, 1e-9), 3)
+            row["model_busy"] = round((self.time_s["model"] - self._model_busy_row) / window, 3)
             row["rollout_policy_version"] = self.model_worker.policy_version
         self.lag_versions.clear()
         self.lag_s.clear()
         self.queue_depth_sum = self.queue_samples = 0
-        self._t_row, self._busy_row = now, self.time_s["update"]
+        self._busy_row, self._model_busy_row = self.time_s["update"], self.time_s["model"]
         logger.log(row)
         return row
 
@@ -394,7 +389,7 @@ class AsyncTrainer(Trainer):
             late.append("model thread")
         for item in self.queue.drain():  # nothing collected is lost
             self._ingest(item)
-        self.wall_s = self._wall_start + time.perf_counter() - self._t0
+        self.wall_s = self._throughput.wall_s()
         if late:
             print(f"[mbpo] still running after runtime.shutdown_timeout_s="
                   f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "

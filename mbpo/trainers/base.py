@@ -31,6 +31,7 @@ from mbpo.model_based import ModelBased
 from mbpo.precision import resolve_precision
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
 from mbpo.seeding import derive
+from mbpo.throughput import Throughput
 
 if TYPE_CHECKING:
     from mbpo.metrics import MetricsLogger
@@ -93,6 +94,8 @@ class Trainer:
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
+        self.clock: Callable[[], float] = time.perf_counter
+        """The clock of ``wall_s`` and the rate columns (mbpo.throughput); tests swap in a fake one."""
         self._lock = RunLock(self.run_dir)
         if config.total_env_steps <= config.agent.learning_starts:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
@@ -195,11 +198,9 @@ class Trainer:
         self.last_eval_env_steps = self.env_steps
         self.time_s["eval"] += time.perf_counter() - start
 
-    @staticmethod
-    def rates(seconds: float, env_steps: int, updates: int) -> dict[str, float]:
-        """Throughput over ``seconds`` of wall-clock."""
-        seconds = max(seconds, 1e-9)
-        return {"env_steps_per_s": env_steps / seconds, "updates_per_s": updates / seconds}
+    def _start_clock(self) -> Throughput:
+        """The run's wall-clock and rate columns from now on (a start, or a resume at the checkpoint's counters)."""
+        return Throughput(self.env_steps, self.agent.num_updates, self.wall_s, self.clock)
 
     def close_envs(self) -> None:
         """Close every env built so far (safe to call twice: VecEnv.close is)."""
@@ -232,11 +233,13 @@ class Trainer:
     def eval_seed(self) -> int:
         return self.seed("eval", self.env_steps)
 
-    def _row(self, wall_s: float, rates: dict[str, float], evaluated: bool) -> dict[str, Any]:
+    def _row(self, timing: dict[str, float], evaluated: bool) -> dict[str, Any]:
+        """A metrics row; ``timing`` is :meth:`Throughput.row`'s (``wall_s`` and the rates)."""
+        rates = {k: v for k, v in timing.items() if k != "wall_s"}
         row: dict[str, Any] = {
             "env_steps": self.env_steps,
             "updates": self.agent.num_updates,
-            "wall_s": round(wall_s, 3),
+            "wall_s": round(timing["wall_s"], 3),
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
             **(self.last_q_bias if evaluated else {}),

@@ -64,7 +64,7 @@ class SyncTrainer(Trainer):
         if self._obs is None:
             self._obs = self.env.reset()
         n = self.env.num_envs
-        start, start_steps, start_updates = time.perf_counter(), self.env_steps, self.agent.num_updates
+        throughput = self._start_clock()
         row: dict[str, Any] = {}
         while self.env_steps < cfg.total_env_steps:
             before = self.env_steps
@@ -85,16 +85,15 @@ class SyncTrainer(Trainer):
             due = self.due(before, self.env_steps, done)
             if due.evaluate:
                 self._evaluate()
-            rates = self.rates(time.perf_counter() - start, self.env_steps - start_steps,
-                               self.agent.num_updates - start_updates)
             if due.log:
-                row = self._row(self.wall_s + time.perf_counter() - start, rates, due.evaluate)
+                timing = throughput.row(self.env_steps, self.agent.num_updates)
+                self.wall_s = timing["wall_s"]
+                row = self._row(timing, due.evaluate)
                 logger.log(row)
             if due.checkpoint:
-                self.wall_s += time.perf_counter() - start
-                start = time.perf_counter()
-                start_steps, start_updates = self.env_steps, self.agent.num_updates
+                self.wall_s = throughput.wall_s()
                 self.save()
+            rates = throughput.live(self.env_steps, self.agent.num_updates)
             logger.progress(self.env_steps, {
                 "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
                 "upd/s": rates["updates_per_s"],

@@ -9,6 +9,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.metrics import read_metrics
+from mbpo.throughput import steady_rate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,7 +25,10 @@ def last_json(out: str) -> dict:
 def test_train_eval_resume_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={run}", *TINY]) == 0
-    assert last_json(capsys.readouterr().out)["env_steps"] == 300
+    out = capsys.readouterr().out
+    assert last_json(out)["env_steps"] == 300
+    whole = last_json(out)["env_steps_per_s_whole_run"]  # the summary line: steady rate, whole-run rate beside it
+    assert f"({steady_rate(read_metrics(run / 'metrics.csv')):,.0f} env steps/s steady, {whole:,.0f} over" in out
     assert (run / "config.yaml").read_text().count("total_env_steps: 300") == 1
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["ckpt_000000000300.pt"]  # keep=1
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300"]

@@ -106,7 +106,8 @@ class ConstantReward(VecEnv):
     """Reward 1 every step for ``horizon`` steps; the obs is the fraction of the episode left."""
 
     def __init__(self, num_envs: int, horizon: int) -> None:
-        self.num_envs, self.device, self.max_episode_steps, self.horizon = num_envs, torch.device("cpu"), horizon, horizon
+        self.num_envs, self.device = num_envs, torch.device("cpu")
+        self.max_episode_steps = self.horizon = horizon
         self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.t = 0

@@ -10,11 +10,12 @@ import torch
 import envs
 from mbpo.config import Config, ConfigError, load_config
 from mbpo.metrics import read_metrics
+from mbpo.throughput import RATE_COLUMNS
 from mbpo.trainers import SyncTrainer
 from mbpo.trainers.base import TIME_PARTS
 
 pytestmark = pytest.mark.timeout(120)
-TIMING = {"wall_s", "env_steps_per_s", "updates_per_s", *(f"time_{part}_s" for part in TIME_PARTS)}
+TIMING = {"wall_s", *RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)}
 
 
 def tiny(run_dir: Path, *overrides: str) -> Config:

@@ -1,14 +1,19 @@
-"""Where the time goes: every trainer and backend logs env, act, update, model and eval seconds."""
+"""Where the time goes: every trainer and backend logs env, act, update, model and eval seconds, and rates
+and busy fractions per logging interval.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from mbpo.config import Config
+from mbpo.metrics import read_metrics
 from mbpo.trainers import AsyncTrainer, SyncTrainer
 from mbpo.trainers.base import TIME_PARTS
+from tests.mbpo.test_throughput import FakeClock, check_intervals
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,3 +32,27 @@ def test_the_final_row_says_where_the_time_went(tiny_config: Callable[..., Confi
     assert max(parts.values()) <= row["wall_s"]
     if trainer == "sync":  # one thread: the parts happen one after another
         assert sum(parts.values()) <= row["wall_s"]
+
+
+def test_async_rates_and_busy_fractions_are_per_logging_interval(tiny_config: Callable[..., Config]) -> None:
+    """Every row's rates and busy fractions cover the interval since the row before (the first: since the
+    start); the whole-run rates are the row's counts over its wall_s. A fake clock times the rows.
+    """
+    cfg = tiny_config("model.enabled=true", "model.rollouts_per_real=2", "model.train_freq=64",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=2",
+                      "model.epoch_length=32", "log_every=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    trainer.clock = FakeClock()
+    trainer.run()
+    rows = read_metrics(Path(cfg.run_dir) / "metrics.csv")
+    assert len(rows) >= 4
+    check_intervals(rows, (0, 0, 0.0))
+    before = {"time_update_s": 0.0, "time_model_s": 0.0, "wall_s": 0.0}
+    for row in rows:
+        now = {key: float(row[key]) for key in before}
+        seconds = now["wall_s"] - before["wall_s"]  # >= one tick (0.25 s): time_*_s's rounding moves it < 0.005
+        assert float(row["learner_busy"]) == pytest.approx((now["time_update_s"] - before["time_update_s"]) / seconds,
+                                                           abs=0.005)
+        assert float(row["model_busy"]) == pytest.approx((now["time_model_s"] - before["time_model_s"]) / seconds,
+                                                         abs=0.005)
+        before = now
