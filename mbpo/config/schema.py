@@ -155,8 +155,10 @@ class ModelConfig:
     """Early stopping: epochs without a 1% holdout improvement of any member before training stops."""
     fit_baseline: str = "new_fit"
     """What each member's best holdout MSE starts from in a model training: new_fit (the MBPO paper's code: the
-    best epoch of this training is always kept) or pre_fit (mbrl-lib: a member that does not beat its pre-fit
-    holdout MSE by 1% keeps its old weights; metrics.csv counts them in model_members_discarded)."""
+    best epoch of this training is always kept) or pre_fit (this project's earlier rule: a member that does not
+    beat its pre-fit holdout MSE by 1% keeps its pre-fit weights; metrics.csv counts them in
+    model_members_discarded). The holdout is re-split from rows earlier trainings learned from, so the pre-fit
+    figure flatters the old weights (model_members_below_pre_fit counts such members under either rule)."""
     max_epochs: int = 0
     """Cap on training epochs per model training; 0 = until early stopping."""
     max_grad_steps: int = 0

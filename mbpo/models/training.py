@@ -5,10 +5,12 @@ holdout MSE of the mean after each epoch, early stopping when no member
 improves by more than 1% for ``patience`` epochs, each member restored to its
 best epoch, and the ``num_elites`` best members as the rollout elites.
 ``model.fit_baseline`` says what "best" starts from: ``new_fit`` (the paper's
-code: every fit keeps the best of its own epochs) or ``pre_fit`` (mbrl-lib's:
-a member that never beats its pre-fit holdout MSE by 1% keeps its old weights;
-the holdout is re-split from rows earlier fits trained on, so that baseline is
-optimistic and such members can stay stale for many fits). The
+code: every fit keeps the best of its own epochs) or ``pre_fit`` (a member that
+never beats its pre-fit holdout MSE by 1% keeps its pre-fit weights; the holdout
+is re-split from rows earlier fits trained on, so that baseline flatters the old
+weights and such members can stay stale for many fits). mbrl-lib does neither:
+it snapshots the whole ensemble when any member beats the pre-fit score, else
+keeps the last epoch. The
 ensemble owns the network, the loss and one Adam step
 (:meth:`~mbpo.models.ensemble.DynamicsEnsemble.train_step`); this module owns
 the epochs around them.
