@@ -75,7 +75,9 @@ def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Call
 
     def spy(item: CollectorBatch) -> None:
         ingest(item)
-        if len(seen) == 4 and not published:  # mid-run, from the learner's thread
+        # mid-run, from the learner's thread, once both collectors are running (a spawned child can take
+        # seconds to start on a loaded machine, and one that never ran has no batch after the publication)
+        if len(seen) >= 4 and len({b.collector_id for b in seen}) == 2 and not published:
             snap = trainer.agent.snapshot()
             for net in ("q_net", "target_q_net"):
                 snap[net] = {k: torch.zeros_like(v) for k, v in snap[net].items()}
