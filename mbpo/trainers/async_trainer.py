@@ -37,6 +37,7 @@ from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.config import Config, updates_per_transition
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
+from mbpo.env_builder import build_env
 from mbpo.metrics import MetricsLogger
 from mbpo.runtime.backends import Backend
 from mbpo.runtime.backends.thread import ThreadBackend
@@ -107,12 +108,14 @@ class AsyncTrainer(Trainer):
         return self._collector_env(0, 0)
 
     def _collector_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
+        """Collector ``collector_id``'s env in the trainer's process: ``env_factory``'s, else the config's."""
         seed = self._env_seed(collector_id, incarnation)
         if self._env_factory is None:
-            return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed,
-                             source=self.config.env.source)
-        env = self._env_factory(collector_id, incarnation, seed)
-        if env.device != self.plan.device:
+            env = build_env(self.config.env, self.config.env.num_envs, self.env_device, seed)
+        else:
+            env = self._env_factory(collector_id, incarnation, seed)
+        factory_made = self._env_factory is not None or self.config.env.factory is not None
+        if factory_made and env.device != self.plan.device:  # a factory's env chose its own device
             env.close()
             raise DeviceMismatchError(f"collector {collector_id}'s env is on {env.device}, but the run's device "
                                       f"plan is {self.plan.device}; build it on {self.plan.device}")
@@ -137,14 +140,14 @@ class AsyncTrainer(Trainer):
 
             cfg = self.config
             return RayBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.runtime.ray,
-                              cfg.env.id, cfg.env.source, self._env_seed, self._action_seed, self._env_factory)
+                              cfg.env, self._env_seed, self._action_seed, self._env_factory)
         if name == "process":
             from mbpo.runtime.backends.process import ProcessBackend
 
             cfg = self.config
-            return ProcessBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.env.id,
-                                  cfg.env.source, str(self.env_device), self._env_seed, self._action_seed,
-                                  self.agent.snapshot(), self._env_factory)
+            return ProcessBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.env,
+                                  str(self.env_device), self._env_seed, self._action_seed, self.agent.snapshot(),
+                                  self._env_factory)
         return ThreadBackend(self.setup, self.queue, self.weights, self.gate, self._thread_env, self._action_seed,
                              make_agent)
 

@@ -25,6 +25,7 @@ from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sa
 from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.devices import DevicePlan
+from mbpo.env_builder import build_env
 from mbpo.errors import MbpoError
 from mbpo.evaluation import evaluate
 from mbpo.model_based import ModelBased
@@ -118,8 +119,7 @@ class Trainer:
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
         self._check_memory(config, device)
-        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
-                                  seed=self.seed("eval_env"), source=config.env.source)
+        self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
                                 self.seed("agent"))
         self.buffer = make_replay_buffer(
@@ -203,8 +203,7 @@ class Trainer:
 
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
-        return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
-                         seed=self.seed("env"), source=self.config.env.source)
+        return build_env(self.config.env, self.config.env.num_envs, self.env_device, self.seed("env"))
 
     def policy_batches(self, count: int) -> Iterator[Any]:
         """The next ``count`` policy batches (TensorDicts), drawn several at a time: MBPO's learner does
