@@ -39,8 +39,7 @@ from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, swit
 from mbpo.devices import DeviceMismatchError
 from mbpo.env_builder import build_env
 from mbpo.metrics import MetricsLogger
-from mbpo.runtime.backends import Backend
-from mbpo.runtime.backends.thread import ThreadBackend
+from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
@@ -83,7 +82,11 @@ class AsyncTrainer(Trainer):
         self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
                                     rt.collector_threads, config.debug)
-        self.backend = self._make_backend(rt.backend)
+        self.backend = make_backend(
+            rt.backend, self.setup, self.queue, self.weights, self.gate, num_collectors=self.num_collectors,
+            env=config.env, env_device=str(self.env_device), env_seed=self._env_seed, action_seed=self._action_seed,
+            thread_env=self._thread_env, template_snapshot=self.agent.snapshot, ray=rt.ray,
+            env_factory=self._env_factory)
         if not self.backend.uses_trainer_env:  # it gave the spaces and passed the device check; children build theirs
             self.env.close()
         self.pool = CollectorPool(self.num_collectors, self.backend.make_collector, self.gate, rt.max_restarts,
@@ -132,24 +135,6 @@ class AsyncTrainer(Trainer):
         super().close_envs()
         if getattr(self, "pool", None) is not None:
             self.pool.close()
-
-    def _make_backend(self, name: str) -> Backend:
-        """The one place a backend is chosen; everything after talks to the Collector protocol."""
-        if name == "ray":
-            from mbpo.runtime.backends.ray import RayBackend
-
-            cfg = self.config
-            return RayBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.runtime.ray,
-                              cfg.env, self._env_seed, self._action_seed, self._env_factory)
-        if name == "process":
-            from mbpo.runtime.backends.process import ProcessBackend
-
-            cfg = self.config
-            return ProcessBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.env,
-                                  str(self.env_device), self._env_seed, self._action_seed, self.agent.snapshot(),
-                                  self._env_factory)
-        return ThreadBackend(self.setup, self.queue, self.weights, self.gate, self._thread_env, self._action_seed,
-                             make_agent)
 
     def _thread_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
         """Collector 0's first env is the one the trainer built; every other is built here (device-checked)."""
