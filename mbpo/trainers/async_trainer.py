@@ -131,10 +131,12 @@ class AsyncTrainer(Trainer):
         return self.seed("collector_actions", collector_id, incarnation)
 
     def close_envs(self) -> None:
-        """Also the collectors' envs (and processes), when a start-up fails after the pool was built."""
+        """Also the collectors' envs (and processes) and the backend, when a start-up fails after they were built."""
         super().close_envs()
         if getattr(self, "pool", None) is not None:
             self.pool.close()
+        if getattr(self, "backend", None) is not None:
+            self.backend.close()
 
     def _thread_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
         """Collector 0's first env is the one the trainer built; every other is built here (device-checked)."""

@@ -75,7 +75,8 @@ class Trainer:
 
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
-        subclass needs (:meth:`_build_runtime`); a failed start-up closes every env it built.
+        subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
+        built.
         """
         self.config = config
         self.run_dir = Path(run_dir)
@@ -101,6 +102,11 @@ class Trainer:
         try:
             self._build_learner(config, device)
             self._build_runtime(config)
+            # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
+            # that runs one instance per process (Isaac Sim) can then hold the evaluation env.
+            self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
+            self.components["eval env"] = self.eval_env
+            self.plan.check({"eval env": self.eval_env})
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
@@ -119,7 +125,6 @@ class Trainer:
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
         self._check_memory(config, device)
-        self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
                                 self.seed("agent"))
         self.buffer = make_replay_buffer(
@@ -127,7 +132,7 @@ class Trainer:
         )
         self.model: ModelBased | None = None
         self.components: dict[str, Any] = {
-            "env": self.env, "eval env": self.eval_env, "replay buffer": self.buffer,
+            "env": self.env, "replay buffer": self.buffer,
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,

@@ -1,6 +1,8 @@
 """envs.make_from_factory: a callable named "package.module:callable", called with what it names, wrapped by type.
 
-The factories live in tests/envs/factories.py.
+The factories live in tests/envs/factories.py; ``fake_isaaclab/`` holds test doubles of the Isaac Lab
+modules that examples/isaaclab_env.py (the documented recipe) imports, since Isaac Sim cannot be
+installed here (the ``fake_isaaclab`` fixture, tests/conftest.py, puts them on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -114,3 +116,23 @@ def test_the_current_directory_is_searched_last(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert envs.make_from_factory("my_task_for_factory_test:make", 2).num_envs == 2
     assert sys.path[-1] == str(tmp_path)
+
+
+def test_the_isaac_lab_recipe_starts_the_app_once_then_makes_and_wraps_the_task(fake_isaaclab: None) -> None:
+    env = envs.make_from_factory("examples.isaaclab_env:make_env", 8, device="cpu", seed=4,
+                                 task="Isaac-Fake-Cartpole-v0")
+    from isaaclab import app
+
+    assert app.launches == [{"headless": True, "device": "cpu"}]
+    assert isinstance(env, RslRlVecEnv) and env.obs_group == "policy" and env.num_envs == 8 and env.obs_dim == 2
+    assert env.env.cfg.seed == 4 and env.max_episode_steps == 20
+    env.reset(seed=0)
+    for _ in range(20):
+        _, _, terminated, truncated, info = env.step(torch.zeros(8, 1))
+    assert bool(truncated.all()) and not bool(info["final_obs_valid"].any())  # Isaac Lab loses the last obs
+    with pytest.raises(RuntimeError, match="Simulation context already exists"):  # one simulation per process
+        envs.make_from_factory("examples.isaaclab_env:make_env", 2, task="Isaac-Fake-Cartpole-v0")
+    env.close()
+    again = envs.make_from_factory("examples.isaaclab_env:make_env", 2, task="Isaac-Fake-Cartpole-v0")
+    assert again.num_envs == 2 and len(app.launches) == 1  # the app is started once per process
+    again.close()

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import torch
@@ -205,3 +205,19 @@ def test_a_child_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
     row = trainer.run()
     assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.buffer[:]["obs"].shape[-1] == 6
     assert trainer.pool.collectors[0].pid not in (None, os.getpid())
+
+
+@pytest.mark.slow
+def test_an_isaac_lab_task_trains_on_processes_with_one_simulation_each(
+        tiny_config: Callable[..., Config], no_leaks: None, fake_isaaclab: None) -> None:
+    """The recipe of docs/envs.md on the fake Isaac Lab (one simulation per process, as Isaac Sim): the trainer
+    closes the env it read the spaces from before it builds the evaluation env; the children hold the others.
+    """
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "env.id=FakeIsaacCartpole",
+                      "env.factory=examples.isaaclab_env:make_env", "env.kwargs.task=Isaac-Fake-Cartpole-v0",
+                      "env.num_envs=4", "total_env_steps=192", "eval_every=96")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.last_eval_env_steps == 192
+    eval_env: Any = trainer.eval_env  # an RslRlVecEnv
+    assert eval_env.num_envs == cfg.eval_episodes and eval_env.obs_group == "policy"
