@@ -26,7 +26,7 @@ stage() {
     exit 1
   fi
 }
-stage Lint "ruff check mbpo envs tests benchmarks" "$VENV/bin/ruff" check mbpo envs tests benchmarks
+stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" check mbpo envs tests benchmarks examples
 stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
 "$VENV/bin/python" -m mbpo.smoke
 [[ $smoke_only == 1 ]] && exit 0

@@ -3,7 +3,8 @@
 ``envs.make(env_id, num_envs, device, seed)`` builds one; ``envs.list_envs()``
 lists the native ids. Adapters bring in gymnasium and torchrl envs and hand
 ours to torchrl; ``from_rsl_rl`` brings in rsl_rl envs (Isaac Lab, mjlab).
-This package never imports ``mbpo``.
+``make_from_factory("package.module:callable", num_envs, ...)`` builds a user's env
+by name and wraps it by type (``as_vec_env``). This package never imports ``mbpo``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from envs.base import (
     random_actions,
 )
 from envs.device import DeviceUnavailableError, resolve_device
+from envs.factory import EnvFactoryError, as_vec_env, make_from_factory
 from envs.registry import UnknownEnvError, list_envs, make
 
 if TYPE_CHECKING:  # torchrl is imported lazily, only by the adapters that need it
@@ -61,7 +63,9 @@ __all__ = [
     "EnvTooLargeError",
     "MissingExtraError",
     "available_memory",
+    "as_vec_env",
     "DeviceUnavailableError",
+    "EnvFactoryError",
     "UnknownEnvError",
     "VecEnv",
     "check_actions",
@@ -69,6 +73,7 @@ __all__ = [
     "from_torchrl",
     "list_envs",
     "make",
+    "make_from_factory",
     "random_actions",
     "resolve_device",
     "to_rsl_rl",

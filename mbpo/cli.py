@@ -62,7 +62,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.debug or os.environ.get("MBPO_DEBUG") == "1":
             config.debug = True
         mode = "MBPO-" if config.model.enabled else ""
-        print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id} "
+        built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
+        print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
               f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
         trainer = make_trainer(config, run_dir)
         row = trainer.run()
@@ -118,6 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.checkpoint import load_checkpoint
     from mbpo.config import config_from_yaml
     from mbpo.devices import DevicePlan
+    from mbpo.env_builder import build_env
     from mbpo.evaluation import evaluate
 
     if args.episodes < 1:
@@ -125,7 +127,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
-    env = envs.make(config.env.id, args.episodes, device=device, seed=args.seed, source=config.env.source)
+    env = build_env(config.env, args.episodes, device, args.seed)  # the run's env id or factory, as it trained
     agent = make_agent(config.agent, env.observation_space, env.action_space, device, config.seed)
     agent.load_state_dict(state["agent"])
     returns = evaluate(agent, env, args.seed)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 import torch
+
+FAKE_ISAACLAB = Path(__file__).parent / "envs" / "fake_isaaclab"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -26,3 +32,20 @@ def cuda_device() -> str:
 def one_torch_thread() -> None:
     """Tests share 2 cores with whatever else runs: oversubscribed intra-op pools are 100x slower."""
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def fake_isaaclab(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Test doubles of Isaac Lab's modules importable (also by spawned children, which copy ``sys.path``); none
+    left imported afterwards, so each test starts its own app.
+    """
+    monkeypatch.syspath_prepend(str(FAKE_ISAACLAB))
+    yield
+    for name in [m for m in sys.modules if m.split(".")[0] in ("isaaclab", "isaaclab_tasks", "isaaclab_rl")]:
+        del sys.modules[name]
+    import gymnasium as gym
+
+    gym.registry.pop("Isaac-Fake-Cartpole-v0", None)
+    import examples.isaaclab_env as recipe
+
+    recipe._app = None

@@ -34,7 +34,7 @@ import torch
 
 from envs.base import StepResult, VecEnv, check_actions, resolve_env_ids
 
-__all__ = ["RslRlVecEnv", "from_rsl_rl"]
+__all__ = ["RslRlVecEnv", "from_rsl_rl", "is_rsl_rl_env"]
 
 _REQUIRED = ("num_envs", "num_actions", "device", "get_observations", "step")
 
@@ -209,6 +209,11 @@ class RslRlVecEnv(VecEnv):
             self._closed = True
             if callable(getattr(self.env, "close", None)):
                 self.env.close()
+
+
+def is_rsl_rl_env(obj: Any) -> bool:
+    """Whether ``obj`` has what rsl_rl's ``VecEnv`` declares (its subclasses do; so may a duck-typed driver)."""
+    return all(hasattr(obj, name) for name in _REQUIRED)
 
 
 def _takes_env_ids(fn: Callable) -> bool:

@@ -28,12 +28,21 @@ class ConfigError(MbpoError, ValueError):
 @dataclass
 class EnvConfig:
     id: str = "Pendulum-v1"
-    """Env id: a native torch env (envs.list_envs()) or any gymnasium id."""
+    """Env id: a native torch env (envs.list_envs()), an Mjlab- task or any gymnasium id. With env.factory it is
+    only the run's label (run dir, plots, eval output) and must not name a built-in env."""
+    factory: str | None = None
+    """"package.module:callable" that builds the env instead of env.id (docs/envs.md): called with the keywords
+    it names among num_envs (required), device (a string) and seed, plus env.kwargs; it returns one of our
+    VecEnvs, an rsl_rl VecEnv (Isaac Lab, mjlab), a batched torchrl EnvBase or a gymnasium VectorEnv. Collector
+    processes and Ray actors import it by name."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of env.factory's callable (plain YAML values), e.g. {task: Isaac-Cartpole-v0}."""
     num_envs: int = 1
     """Envs stepped together by the training env (the vector batch size)."""
     source: str = "auto"
     """Which implementation of env.id: auto (the native torch env if there is one, else mjlab or gymnasium),
-    native, or gymnasium (gymnasium's own, on CPU: e.g. CartPole-v1 as a CPU-bound simulator)."""
+    native, or gymnasium (gymnasium's own, on CPU: e.g. CartPole-v1 as a CPU-bound simulator). Not with
+    env.factory."""
     device: str | None = None
     """Where the env's tensors live (cpu, cuda or cuda:N); null = the run's device. With device=auto
     the whole run follows it (e.g. an mjlab env on cpu plans everything on cpu); a different explicit
@@ -279,7 +288,7 @@ class Config:
     debug: bool = False
     """Debug mode (--debug): anomaly detection, one collector, a small queue, checks at every hand-off."""
     env: EnvConfig = field(default_factory=EnvConfig)
-    """The training env (evaluation builds a separate one of the same id)."""
+    """The training env (evaluation builds a separate one the same way: env.id or env.factory)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The learner."""
     model: ModelConfig = field(default_factory=ModelConfig)

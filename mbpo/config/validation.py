@@ -133,6 +133,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
     if config.env.device is not None and not _DEVICE.match(config.env.device):
         raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
+    _check_env(config)
     ray = config.runtime.ray
     if ray.env_device is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", ray.env_device):
         raise ConfigError(f"runtime.ray.env_device={ray.env_device!r} is not allowed; "
@@ -190,6 +191,44 @@ def validate(config: Config) -> None:
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
     _check_budgets(config)
+
+
+_PASSED_TO_FACTORY = {"num_envs": "env.num_envs", "device": "env.device (or device)", "seed": "the run's seed"}
+
+
+def _check_env(config: Config) -> None:
+    """One way of naming the env: env.id builds it, or env.factory does and env.id is only the run's label."""
+    env = config.env
+    if env.factory is None:
+        if env.kwargs:
+            raise ConfigError(f"env.kwargs={env.kwargs!r} is for env.factory (keyword arguments of its callable), "
+                              "which is not set; set env.factory=package.module:callable or drop env.kwargs")
+        return
+    from envs.factory import FACTORY_PATH
+
+    if not FACTORY_PATH.match(env.factory):
+        raise ConfigError(f"env.factory={env.factory!r} is not allowed; expected \"package.module:callable\" "
+                          "(e.g. examples.point_reach:make_env)")
+    reserved = sorted(set(env.kwargs) & set(_PASSED_TO_FACTORY))
+    if reserved:
+        raise ConfigError(f"env.kwargs.{reserved[0]} is not allowed: the factory's {reserved[0]} is passed from "
+                          f"{_PASSED_TO_FACTORY[reserved[0]]}")
+    if env.source != "auto":
+        raise ConfigError(f"env.source={env.source!r} picks the implementation of a built-in env.id and does not "
+                          "apply with env.factory; drop it (keep env.source=auto)")
+    if _builds(env.id):
+        raise ConfigError(f"env.id={env.id!r} names a built-in env, but env.factory={env.factory!r} builds this "
+                          "run's; with env.factory, env.id is the run's label: set a name of your own (e.g. "
+                          "env.id=MyTask-v0), or drop env.factory to train the built-in env")
+
+
+def _builds(env_id: str) -> bool:
+    """Whether ``envs.make`` would build ``env_id`` (a native id, an ``Mjlab-`` task or a gymnasium id)."""
+    import gymnasium as gym
+
+    import envs
+
+    return env_id in envs.list_envs(include_toy=True) or env_id.startswith("Mjlab-") or env_id in gym.registry
 
 
 def _interval(key: str) -> str:

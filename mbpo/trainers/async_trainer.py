@@ -37,9 +37,9 @@ from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.config import Config, updates_per_transition
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.devices import DeviceMismatchError
+from mbpo.env_builder import build_env
 from mbpo.metrics import MetricsLogger
-from mbpo.runtime.backends import Backend
-from mbpo.runtime.backends.thread import ThreadBackend
+from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
@@ -82,7 +82,11 @@ class AsyncTrainer(Trainer):
         self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
                                     rt.collector_threads, config.debug)
-        self.backend = self._make_backend(rt.backend)
+        self.backend = make_backend(
+            rt.backend, self.setup, self.queue, self.weights, self.gate, num_collectors=self.num_collectors,
+            env=config.env, env_device=str(self.env_device), env_seed=self._env_seed, action_seed=self._action_seed,
+            thread_env=self._thread_env, template_snapshot=self.agent.snapshot, ray=rt.ray,
+            env_factory=self._env_factory)
         if not self.backend.uses_trainer_env:  # it gave the spaces and passed the device check; children build theirs
             self.env.close()
         self.pool = CollectorPool(self.num_collectors, self.backend.make_collector, self.gate, rt.max_restarts,
@@ -107,12 +111,14 @@ class AsyncTrainer(Trainer):
         return self._collector_env(0, 0)
 
     def _collector_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
+        """Collector ``collector_id``'s env in the trainer's process: ``env_factory``'s, else the config's."""
         seed = self._env_seed(collector_id, incarnation)
         if self._env_factory is None:
-            return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device, seed=seed,
-                             source=self.config.env.source)
-        env = self._env_factory(collector_id, incarnation, seed)
-        if env.device != self.plan.device:
+            env = build_env(self.config.env, self.config.env.num_envs, self.env_device, seed)
+        else:
+            env = self._env_factory(collector_id, incarnation, seed)
+        factory_made = self._env_factory is not None or self.config.env.factory is not None
+        if factory_made and env.device != self.plan.device:  # a factory's env chose its own device
             env.close()
             raise DeviceMismatchError(f"collector {collector_id}'s env is on {env.device}, but the run's device "
                                       f"plan is {self.plan.device}; build it on {self.plan.device}")
@@ -125,28 +131,12 @@ class AsyncTrainer(Trainer):
         return self.seed("collector_actions", collector_id, incarnation)
 
     def close_envs(self) -> None:
-        """Also the collectors' envs (and processes), when a start-up fails after the pool was built."""
+        """Also the collectors' envs (and processes) and the backend, when a start-up fails after they were built."""
         super().close_envs()
         if getattr(self, "pool", None) is not None:
             self.pool.close()
-
-    def _make_backend(self, name: str) -> Backend:
-        """The one place a backend is chosen; everything after talks to the Collector protocol."""
-        if name == "ray":
-            from mbpo.runtime.backends.ray import RayBackend
-
-            cfg = self.config
-            return RayBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.runtime.ray,
-                              cfg.env.id, cfg.env.source, self._env_seed, self._action_seed, self._env_factory)
-        if name == "process":
-            from mbpo.runtime.backends.process import ProcessBackend
-
-            cfg = self.config
-            return ProcessBackend(self.setup, self.queue, self.weights, self.gate, self.num_collectors, cfg.env.id,
-                                  cfg.env.source, str(self.env_device), self._env_seed, self._action_seed,
-                                  self.agent.snapshot(), self._env_factory)
-        return ThreadBackend(self.setup, self.queue, self.weights, self.gate, self._thread_env, self._action_seed,
-                             make_agent)
+        if getattr(self, "backend", None) is not None:
+            self.backend.close()
 
     def _thread_env(self, collector_id: int, incarnation: int) -> envs.VecEnv:
         """Collector 0's first env is the one the trainer built; every other is built here (device-checked)."""

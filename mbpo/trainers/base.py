@@ -25,6 +25,7 @@ from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sa
 from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
 from mbpo.config import Config, ConfigError, config_from_yaml, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.devices import DevicePlan
+from mbpo.env_builder import build_env
 from mbpo.errors import MbpoError
 from mbpo.evaluation import critic_bias, evaluate_episodes
 from mbpo.model_based import ModelBased
@@ -76,7 +77,8 @@ class Trainer:
 
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
-        subclass needs (:meth:`_build_runtime`); a failed start-up closes every env it built.
+        subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
+        built.
         """
         self.config = config
         self.run_dir = Path(run_dir)
@@ -105,6 +107,11 @@ class Trainer:
         try:
             self._build_learner(config, device)
             self._build_runtime(config)
+            # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
+            # that runs one instance per process (Isaac Sim) can then hold the evaluation env.
+            self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
+            self.components["eval env"] = self.eval_env
+            self.plan.check({"eval env": self.eval_env})
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
@@ -123,8 +130,6 @@ class Trainer:
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
         self._check_memory(config, device)
-        self.eval_env = envs.make(config.env.id, config.eval_episodes, device=self.env_device,
-                                  seed=self.seed("eval_env"), source=config.env.source)
         self.agent = make_agent(config.agent, self.env.observation_space, self.env.action_space, device,
                                 self.seed("agent"))
         self.buffer = make_replay_buffer(
@@ -132,7 +137,7 @@ class Trainer:
         )
         self.model: ModelBased | None = None
         self.components: dict[str, Any] = {
-            "env": self.env, "eval env": self.eval_env, "replay buffer": self.buffer,
+            "env": self.env, "replay buffer": self.buffer,
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
@@ -214,8 +219,7 @@ class Trainer:
 
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
-        return envs.make(self.config.env.id, self.config.env.num_envs, device=self.env_device,
-                         seed=self.seed("env"), source=self.config.env.source)
+        return build_env(self.config.env, self.config.env.num_envs, self.env_device, self.seed("env"))
 
     def policy_batches(self, count: int) -> Iterator[Any]:
         """The next ``count`` policy batches (TensorDicts), drawn several at a time: MBPO's learner does

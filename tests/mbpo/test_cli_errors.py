@@ -54,6 +54,15 @@ def test_env_and_agent_errors(tmp_path: Path) -> None:
     assert "need about" in line and "GiB" in line and "lower env.num_envs to at most" in line
 
 
+def test_env_factory_errors(tmp_path: Path) -> None:
+    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
+                               f"run_dir={tmp_path / 'a'}"))
+    assert "env.factory='examples.nope:make_env' cannot be imported: no module named 'examples.nope'" in line
+    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
+                               f"run_dir={tmp_path / 'b'}"))
+    assert "env.factory='envs.base:check_num_envs' returned builtins.int; expected an envs.VecEnv" in line
+
+
 @pytest.mark.skipif(torch.cuda.device_count() > 3, reason="this machine has a cuda:3")
 def test_a_device_this_machine_lacks(tmp_path: Path) -> None:
     line = one_error_line(mbpo("train", *FAST, "device=cuda:3", f"run_dir={tmp_path / 'r'}"))

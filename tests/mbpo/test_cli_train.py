@@ -100,3 +100,29 @@ def test_plot_of_an_mbpo_run_adds_the_model_health_chart(tmp_path: Path, capsys:
     curve, health = map(Path, capsys.readouterr().out.split())
     assert curve == run / "learning_curve.png" and health == run / "learning_curve_model_health.png"
     assert health.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_factory_env_trains_evaluates_resumes_and_plots_from_the_cli(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """env.factory is stored in the run's config, so eval, resume and plot rebuild the same env from it."""
+    from mbpo.checkpoint import load_checkpoint
+    from mbpo.config import config_from_yaml
+    from mbpo.plotting import curves
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "examples/point_reach_sac.yaml", f"run_dir={run}", *TINY,
+                     "env.num_envs=2", "env.kwargs.dim=3"]) == 0
+    assert last_json(capsys.readouterr().out)["env_steps"] == 300
+    checkpoint = run / "checkpoints/ckpt_000000000300.pt"
+    stored = config_from_yaml(load_checkpoint(checkpoint)["config"])
+    assert stored.env.factory == "examples.point_reach:make_env" and stored.env.kwargs == {"dim": 3, "goal_radius": 0.1}
+    assert config_from_yaml((run / "config.yaml").read_text()) == stored
+
+    assert cli.main(["eval", "--checkpoint", str(checkpoint), "--episodes", "3"]) == 0  # a 3-d PointReach, or fails
+    result = last_json(capsys.readouterr().out)
+    assert result["env_id"] == "PointReach" and result["episodes"] == 3 and result["mean_return"] < 0
+
+    with pytest.warns(UserWarning, match="PointReach cannot save its simulator state"):
+        assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    assert last_json(capsys.readouterr().out)["env_steps"] == 450
+    assert list(curves([run])) == ["PointReach SAC, utd 1"]

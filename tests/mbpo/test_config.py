@@ -45,7 +45,8 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: device, id, num_envs"),
+        (["env.nm_envs=3"], "unknown config key 'env.nm_envs'; known keys under env: device, factory, id, kwargs, "
+                            "num_envs"),
         (["lr=3"], "unknown config key 'lr'"),
         (
             ["env.num_envs=abc"],

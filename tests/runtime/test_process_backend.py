@@ -18,12 +18,14 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
 
 import envs
 from mbpo.config import Config
+from mbpo.runtime.backends.process import ProcessCollector
 from mbpo.runtime.handoff import NotPlainError, check_plain
 from mbpo.runtime.shared_weights import SharedWeights
 from mbpo.trainers import AsyncTrainer
@@ -184,3 +186,38 @@ def test_ctrl_c_and_sigterm_drain_checkpoint_and_leave_nothing_behind(tmp_path: 
     assert 128 <= result["env_steps"] < 100000 and result["restarts"] == 0  # children ignored the Ctrl-C
     ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
+
+
+@pytest.mark.slow
+def test_a_child_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
+        tiny_config: Callable[..., Config], no_leaks: None) -> None:
+    """Only the name crosses (the spec holds no callable); env.kwargs reach the child: a 3-d PointReach has
+    6-wide observations, and a child that built the 2-d default could not write into the ring.
+    """
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "env.id=PointReach",
+                      "env.factory=examples.point_reach:make_env", "env.kwargs.dim=3", "env.num_envs=2",
+                      "total_env_steps=192")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    spec = cast(ProcessCollector, trainer.pool.collectors[0]).spec
+    assert spec.env_factory is None and (spec.env.factory, spec.env.kwargs) == ("examples.point_reach:make_env",
+                                                                                {"dim": 3})
+    check_plain(spec, "spec")
+    row = trainer.run()
+    assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.buffer[:]["obs"].shape[-1] == 6
+    assert trainer.pool.collectors[0].pid not in (None, os.getpid())
+
+
+@pytest.mark.slow
+def test_an_isaac_lab_task_trains_on_processes_with_one_simulation_each(
+        tiny_config: Callable[..., Config], no_leaks: None, fake_isaaclab: None) -> None:
+    """The recipe of docs/envs.md on the fake Isaac Lab (one simulation per process, as Isaac Sim): the trainer
+    closes the env it read the spaces from before it builds the evaluation env; the children hold the others.
+    """
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "env.id=FakeIsaacCartpole",
+                      "env.factory=examples.isaaclab_env:make_env", "env.kwargs.task=Isaac-Fake-Cartpole-v0",
+                      "env.num_envs=4", "total_env_steps=192", "eval_every=96")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.last_eval_env_steps == 192
+    eval_env: Any = trainer.eval_env  # an RslRlVecEnv
+    assert eval_env.num_envs == cfg.eval_episodes and eval_env.obs_group == "policy"

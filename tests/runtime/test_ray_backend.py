@@ -113,6 +113,19 @@ def test_a_hung_actor_is_killed_and_replaced(tiny_config: Callable[..., Config],
     assert "collector 1 is hung" in capsys.readouterr().err
 
 
+def test_an_actor_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
+        tiny_config: Callable[..., Config], local_cluster: str) -> None:
+    """A 3-d PointReach (6-wide observations) in the actor: the name and env.kwargs reached it, nothing else."""
+    cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={local_cluster}", "runtime.num_collectors=1",
+                      "env.id=PointReach", "env.factory=examples.point_reach:make_env", "env.kwargs.dim=3",
+                      "env.num_envs=2", "total_env_steps=192")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    spec = cast("RayCollector", trainer.pool.collectors[0]).spec
+    assert spec.env_factory is None and spec.env.factory == "examples.point_reach:make_env"
+    row = trainer.run()
+    assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.buffer[:]["obs"].shape[-1] == 6
+
+
 def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
     """Two raylets on this machine (1 CPU each), one collector on each; a node is removed once both have
     delivered data, and the run goes on with that collector restarted on the remaining node.
@@ -173,3 +186,4 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
     ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
     assert listening() - before == set()  # the private Ray it started is gone
+

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from mbpo.config import EnvConfig
 from mbpo.runtime.collectors import CollectorSetup, EnvStepper
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
@@ -40,8 +41,8 @@ class ChildSpec:
     collector_id: int
     incarnation: int
     setup: CollectorSetup
-    env_id: str
-    env_source: str
+    env: EnvConfig
+    """The run's env config: ``env.id``, or ``env.factory`` (a name the child imports) and its kwargs."""
     env_device: str
     """A device string (``"cpu"``, ``"cuda:1"``), never a ``torch.device``."""
     env_seed: int
@@ -49,8 +50,16 @@ class ChildSpec:
     trainer_pid: int = 0
     """The trainer's pid: a child whose parent is no longer it exits at once."""
     env_factory: Callable[[int, int, int], Any] | None = None
-    """``(collector_id, incarnation, seed) -> VecEnv``, importable by the child (module-level); None:
-    ``envs.make(env_id, ...)``."""
+    """``(collector_id, incarnation, seed) -> VecEnv``, importable by the child (module-level); None: the env
+    that ``env`` describes."""
+
+    def build_env(self) -> Any:
+        """The child's env, built in the child (so a CUDA context or simulator is its own)."""
+        if self.env_factory is not None:
+            return self.env_factory(self.collector_id, self.incarnation, self.env_seed)
+        from mbpo.env_builder import build_env
+
+        return build_env(self.env, self.setup.num_envs, self.env_device, self.env_seed)
 
 
 def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights: SharedWeights,
@@ -62,7 +71,6 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
     torch.set_num_threads(setup.torch_threads)
     env = None
     try:
-        import envs
         from mbpo.agents import make_agent
         from mbpo.debug import check_transitions, switches
 
@@ -74,11 +82,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
             beats[cid] = time.monotonic()
 
         beat()
-        if spec.env_factory is not None:
-            env = spec.env_factory(cid, spec.incarnation, spec.env_seed)
-        else:
-            env = envs.make(spec.env_id, setup.num_envs, device=spec.env_device, seed=spec.env_seed,
-                            source=spec.env_source)
+        env = spec.build_env()
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
         stepper = EnvStepper(cid, setup, env, policy, spec.action_seed, beat)
         conn.send(("ready", os.getpid()))

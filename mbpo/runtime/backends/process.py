@@ -3,7 +3,8 @@
 For CPU-bound or flaky simulators (the GIL no longer serialises them, and a
 process stuck in ``env.step`` can be killed), and for several GPUs. What
 crosses into a child is checked plain data (mbpo.runtime.handoff): the config,
-the env id, device strings, seeds and shared-memory handles. Each child has
+the env config (an id, or an ``env.factory`` name the child imports), device
+strings, seeds and shared-memory handles. Each child has
 its own pipe to the trainer, so a child killed at any instant can corrupt
 nothing another child uses:
 
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 
 from mbpo.buffers import DISCOUNT
+from mbpo.config import EnvConfig
 from mbpo.debug import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
@@ -218,11 +220,11 @@ class ProcessBackend:
     """Every child builds its own env; the trainer's first one only gave the spaces."""
 
     def __init__(self, setup: CollectorSetup, queue: TransitionQueue[CollectorBatch], weights: WeightStore,
-                 gate: RatioGate, num_collectors: int, env_id: str, env_source: str, env_device: str,
+                 gate: RatioGate, num_collectors: int, env: EnvConfig, env_device: str,
                  env_seed: Callable[[int, int], int], action_seed: Callable[[int, int], int],
                  template_snapshot: dict[str, Any], env_factory: Callable[..., Any] | None = None) -> None:
         self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
-        self.env_id, self.env_source, self.env_device = env_id, env_source, str(env_device)
+        self.env, self.env_device = env, str(env_device)
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
         self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
         rows = setup.vector_steps_per_batch * setup.num_envs
@@ -237,7 +239,7 @@ class ProcessBackend:
         weights.add_mirror(self.shared_weights.write)
 
     def make_collector(self, collector_id: int, incarnation: int) -> ProcessCollector:
-        spec = ChildSpec(collector_id, incarnation, self.setup, self.env_id, self.env_source, self.env_device,
+        spec = ChildSpec(collector_id, incarnation, self.setup, self.env, self.env_device,
                          self.env_seed(collector_id, incarnation), self.action_seed(collector_id, incarnation),
                          trainer_pid=os.getpid(), env_factory=self.env_factory)
         return ProcessCollector(collector_id, incarnation, self.setup, self.queue, self.weights, self.gate, self,

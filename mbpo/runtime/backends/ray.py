@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mbpo.config import RayConfig
+from mbpo.config import EnvConfig, RayConfig
 from mbpo.errors import MbpoError
 from mbpo.runtime.backends.child import ChildSpec
 from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
@@ -187,12 +187,12 @@ class RayBackend:
     """Every actor builds its own env; the trainer's first one only gave the spaces."""
 
     def __init__(self, setup: CollectorSetup, queue: TransitionQueue[CollectorBatch], weights: WeightStore,
-                 gate: RatioGate, num_collectors: int, config: RayConfig, env_id: str, env_source: str,
+                 gate: RatioGate, num_collectors: int, config: RayConfig, env: EnvConfig,
                  env_seed: Callable[[int, int], int], action_seed: Callable[[int, int], int],
                  env_factory: Callable[..., Any] | None = None) -> None:
         self.ray = import_ray()
         self.setup, self.queue, self.weights, self.gate, self.config = setup, queue, weights, gate, config
-        self.env_id, self.env_source, self.env_factory = env_id, env_source, env_factory
+        self.env, self.env_factory = env, env_factory
         self.env_seed, self.action_seed = env_seed, action_seed
         self.started_ray = False
         self._cluster_mode: tuple[str | None, bool] = (None, True)
@@ -252,7 +252,7 @@ class RayBackend:
     def make_collector(self, collector_id: int, incarnation: int) -> RayCollector:
         c = self.config
         env_device = c.env_device or ("cuda:0" if c.num_gpus_per_collector > 0 else "cpu")
-        spec = ChildSpec(collector_id, incarnation, self.setup, self.env_id, self.env_source, env_device,
+        spec = ChildSpec(collector_id, incarnation, self.setup, self.env, env_device,
                          self.env_seed(collector_id, incarnation), self.action_seed(collector_id, incarnation),
                          trainer_pid=os.getpid(), env_factory=self.env_factory)
         return RayCollector(collector_id, incarnation, self.setup, self.queue, self.weights, self.gate, self, spec)

@@ -51,18 +51,13 @@ class CollectorActor:
     """Decorated with ``ray.remote`` by the backend (so importing this module does not need Ray)."""
 
     def __init__(self, spec: ChildSpec) -> None:
-        import envs
         from mbpo.agents import make_agent
         from mbpo.runtime.collectors import EnvStepper
 
         self.spec, setup = spec, spec.setup
         torch.set_num_threads(setup.torch_threads)
         self._stepped = time.monotonic()
-        if spec.env_factory is not None:
-            self.env = spec.env_factory(spec.collector_id, spec.incarnation, spec.env_seed)
-        else:
-            self.env = envs.make(spec.env_id, setup.num_envs, device=spec.env_device, seed=spec.env_seed,
-                                 source=spec.env_source)
+        self.env = spec.build_env()
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
         self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, spec.action_seed, self._beat)
 

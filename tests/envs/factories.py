@@ -1,0 +1,86 @@
+"""Env factories named by ``"tests.envs.factories:<name>"`` in the env.factory tests, one per kind of return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from rsl_rl.env import VecEnv as RslRlVecEnvBase
+from tensordict import TensorDict
+
+import envs
+
+calls: list[dict[str, Any]] = []
+"""The keyword arguments of every call in this process, newest last."""
+
+
+def ours(num_envs: int, device: str, seed: int) -> envs.VecEnv:
+    calls.append({"num_envs": num_envs, "device": device, "seed": seed})
+    return envs.make("Pendulum-v1", num_envs, device=device, seed=seed)
+
+
+def torchrl_env(num_envs: int, device: str) -> Any:
+    calls.append({"num_envs": num_envs, "device": device})
+    return envs.to_torchrl(envs.make("Pendulum-v1", num_envs, device=device))
+
+
+def gymnasium_vector(num_envs: int, env_id: str = "CartPole-v1") -> gym.vector.VectorEnv:
+    calls.append({"num_envs": num_envs, "env_id": env_id})
+    return gym.make_vec(env_id, num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+class Groups(RslRlVecEnvBase):
+    """An rsl_rl VecEnv whose observations are the groups named in ``groups`` (3 values each)."""
+
+    def __init__(self, num_envs: int, groups: tuple[str, ...]) -> None:
+        self.num_envs, self.num_actions, self.device, self.max_episode_length = num_envs, 2, "cpu", 10
+        self.groups = groups
+
+    def get_observations(self) -> TensorDict:
+        return TensorDict({g: torch.full((self.num_envs, 3), float(i)) for i, g in enumerate(self.groups)},
+                          batch_size=[self.num_envs])
+
+    def seed(self, seed: int = -1) -> int:
+        return seed
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        zeros = torch.zeros(self.num_envs)
+        return self.get_observations(), zeros, zeros.long(), {"time_outs": zeros.bool()}
+
+
+def rsl_rl_env(num_envs: int, seed: int, groups: tuple[str, ...] = ("critic", "policy")) -> Groups:
+    calls.append({"num_envs": num_envs, "seed": seed})
+    return Groups(num_envs, tuple(groups))
+
+
+def only_num_envs(num_envs: int, **options: Any) -> envs.VecEnv:
+    """Names num_envs only: device and seed are not passed, even though ``**options`` would take them."""
+    calls.append({"num_envs": num_envs, **options})
+    return envs.make("Pendulum-v1", num_envs)
+
+
+def single_gymnasium_env(num_envs: int) -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def a_list(num_envs: int) -> list[int]:
+    return [num_envs]
+
+
+def too_few(num_envs: int) -> envs.VecEnv:
+    return envs.make("Pendulum-v1", max(num_envs - 1, 1))
+
+
+def no_num_envs(n: int) -> envs.VecEnv:
+    return envs.make("Pendulum-v1", n)
+
+
+def unbatched_torchrl(num_envs: int) -> Any:
+    from torchrl.envs import GymEnv
+
+    return GymEnv("Pendulum-v1")
+
+
+NOT_CALLABLE = 3

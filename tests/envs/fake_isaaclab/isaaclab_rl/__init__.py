@@ -1,0 +1,1 @@
+"""Fake ``isaaclab_rl``: the rsl_rl wrapper."""
