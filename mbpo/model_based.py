@@ -36,6 +36,7 @@ from mbpo.buffers import (
 from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.debug import check_indices, check_transitions
 from mbpo.errors import MbpoError
+from mbpo.memory import release_free_memory
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.rules import check_rules, model_rules
 from mbpo.rollouts import RolloutPolicy, branched_rollouts, obs_limit_from, rollout_length
@@ -140,6 +141,7 @@ class ModelBased:
         )
         self.rollouts_started += stats.started
         self.nonfinite_branches += stats.nonfinite
+        release_free_memory()  # the fit's and the rollouts' temporaries, freed in this thread's arena
 
     def _store(self, batch: TensorDict) -> None:
         """One rollout step's transitions into the model buffer (its writes ordered after the learner's reads)."""

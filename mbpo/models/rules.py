@@ -34,7 +34,7 @@ __all__ = ["Rule", "RuleFn", "ModelRules", "model_rules", "env_rule", "check_rul
 
 RuleFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(obs, action, next_obs) -> (B,)``: bool for a termination rule, float for a reward."""
-_WRAPPED = ("env", "vector_env", "inner", "base_env", "unwrapped")
+_WRAPPED = ("env", "vec_env", "vector_env", "inner", "base_env", "unwrapped")
 """Attributes through which adapters and wrappers hold the env they wrap (ours in envs/adapters/, gymnasium's
 wrappers, torchrl's TransformedEnv); the user's env is found by following them."""
 _MAX_DEPTH = 8
