@@ -25,6 +25,10 @@ from mbpo.models.rules import RuleFn
 
 __all__ = ["rollout_length", "branched_rollouts", "RolloutStats", "RolloutPolicy", "obs_limit_from", "rollout_bytes"]
 
+CPU_POLICY_ROWS = 2048
+"""Rows per policy forward in a rollout on CPU, as the ensemble's ``_CPU_ROW_BLOCK``: the activations stay in
+cache, and the heap does not grow by a fresh 10 MB buffer per layer (the default run: peak RSS 0.85 GB instead
+of 1.09 GB, and faster; docs/notes/rollout-memory.md)."""
 ABSURD_FACTOR = 10.0
 """A predicted state is absurd beyond this many times the largest |value| seen in real data (+1) per dim."""
 
@@ -70,16 +74,19 @@ def rollout_length(schedule: list[int], epoch: float) -> int:
     return int(start_len + frac * (end_len - start_len))
 
 
-def rollout_bytes(num_starts: int, batch_size: int, row_bytes: int, obs_dim: int, act_dim: int, widest: int) -> int:
+def rollout_bytes(num_starts: int, batch_size: int, row_bytes: int, obs_dim: int, act_dim: int, widest: int,
+                  device: torch.device) -> int:
     """About the peak working memory of :func:`branched_rollouts` beyond the model buffer (a start-up estimate).
 
     Per live branch, whatever the chunking: obs and next obs, action and its noise, the ensemble's inputs,
-    deal and Gaussian draw, one stored transition (``row_bytes``) before it reaches the sink. Per branch of
-    one chunk: a few activations of the widest hidden layer (of the ensemble or the policy), fp32.
+    deal and Gaussian draw, one stored transition (``row_bytes``) before it reaches the sink. Per row of one
+    forward (``batch_size`` rows, fewer on CPU): a few fp32 activations of the widest hidden layer of the
+    ensemble or the policy.
     """
     in_dim = obs_dim + act_dim
     per_branch = row_bytes + 4 * (2 * obs_dim + 2 * act_dim + 2 * in_dim + 2 * (obs_dim + 1)) + 4 * 8
-    return num_starts * per_branch + min(num_starts, batch_size) * 4 * 4 * widest
+    rows = min(num_starts, batch_size, CPU_POLICY_ROWS if device.type == "cpu" else batch_size)
+    return num_starts * per_branch + rows * 4 * 4 * widest
 
 
 def obs_limit_from(real_obs: torch.Tensor) -> torch.Tensor:
@@ -149,11 +156,15 @@ def branched_rollouts(
 
 
 def _act(policy: RolloutPolicy, obs: torch.Tensor, noise: torch.Tensor, batch_size: int | None) -> torch.Tensor:
-    """``policy.rollout_act`` on at most ``batch_size`` rows at a time, each piece padded to whole
-    ``ROW_QUANTUM`` tiles (by repeating its first row) so that no action depends on the chunking.
+    """``policy.rollout_act`` on at most ``batch_size`` rows at a time (``CPU_POLICY_ROWS`` on CPU), each
+    piece padded to whole ``ROW_QUANTUM`` tiles (by repeating its first row) so that no action depends on
+    the chunking.
     """
     n = obs.shape[0]
-    step = n if batch_size is None else max(batch_size // ROW_QUANTUM, 1) * ROW_QUANTUM
+    step = n if batch_size is None else batch_size
+    if obs.device.type == "cpu":
+        step = min(step, CPU_POLICY_ROWS)
+    step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
     parts = []
     for s in range(0, n, step):
         o, z = obs[s : s + step], noise[s : s + step]

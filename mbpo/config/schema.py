@@ -184,8 +184,9 @@ class ModelConfig:
     float (B,) on the run's device; the ensemble then learns no reward. null = the env's own reward_fn if it
     defines one, else the ensemble learns the reward."""
     rollout_batch_size: int = 100_000
-    """Branches stepped through the policy and the ensemble at a time (MBPO's code starts 100,000): bounds
-    the rollouts' working memory whatever rollouts_per_real x train_freq is; results do not depend on it."""
+    """Branches stepped through the policy and the ensemble at a time (MBPO's code starts 100,000 per rollout):
+    bounds the rollouts' activations whatever rollouts_per_real x train_freq is (on CPU a forward takes at most
+    2,048 rows anyway, for the cache); the results do not depend on it."""
 
 
 @dataclass

@@ -166,8 +166,8 @@ class Trainer:
         starts = int(rollouts_per_transition(config) * max(m.train_freq, config.env.num_envs))
         a = config.agent
         widest = max(*m.hidden_sizes, *(a.sac.hidden_sizes if a.name == "sac" else a.dqn.hidden_sizes))
-        rollout = (rollout_bytes(starts, m.rollout_batch_size, row + 8, self.env.obs_dim, self.env.act_dim, widest)
-                   if m.enabled else 0)
+        rollout = (rollout_bytes(starts, m.rollout_batch_size, row + 8, self.env.obs_dim, self.env.act_dim, widest,
+                                 device) if m.enabled else 0)
         available = envs.available_memory(device)
         parts = [f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}"]
         if m.enabled:
