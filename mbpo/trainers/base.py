@@ -102,6 +102,8 @@ class Trainer:
         try:
             self._build_learner(config, device)
             self._build_runtime(config)
+            if self.model is not None:
+                self._check_rules(self.model)
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
@@ -136,7 +138,6 @@ class Trainer:
                                     device, self.seed("model"), rollouts_per_transition(config), env=self.env)
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
-            self._check_rules(self.model)
         self._init_counters()
 
     def _init_counters(self) -> None:
@@ -184,7 +185,8 @@ class Trainer:
 
     def _check_rules(self, model: ModelBased) -> None:
         """Say which termination and reward rules the rollouts use, and run them on real transitions (one
-        random step of the eval env, which every evaluation reseeds) before anything trains.
+        random step of the eval env, which every evaluation reseeds) before anything trains. Last in start-up:
+        the rules come from the training env, the transitions from the eval env.
         """
         print(f"[mbpo] model rules: {model.rules.describe()}", file=sys.stderr)
         if model.termination is None and model.reward is None:
