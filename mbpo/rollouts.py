@@ -115,8 +115,9 @@ def branched_rollouts(
 
     Memory: each step draws its randomness for every live branch at once (policy noise, then the
     ensemble's elite deal and Gaussian noise), then runs the policy and the ensemble on at most
-    ``batch_size`` branches at a time (None = all), so activations are bounded and, with the same
-    generator, no result depends on ``batch_size``. With ``sink`` each step's transitions go there as
+    ``batch_size`` branches at a time (None = no bound; on CPU the forwards take cache-sized blocks
+    anyway), so activations are bounded and, with the same generator, no result depends on
+    ``batch_size``. The task's rules see a whole step at once. With ``sink`` each step's transitions go there as
     soon as they exist (the model buffer: no copy of the whole rollout is held) and the returned batch is
     empty. One host sync per step (dropping ended branches).
     """

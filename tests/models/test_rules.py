@@ -20,6 +20,7 @@ from mbpo.model_based import ModelBased
 from mbpo.models.rules import Rule, check_rules, env_rule, model_rules, probe_transitions
 from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import AsyncTrainer, SyncTrainer
+from tests.mbpo.test_model_based import UniformPolicy
 
 pytestmark = pytest.mark.timeout(120)
 HERE = "tests.models.test_rules"
@@ -77,16 +78,6 @@ def pendulum_model(*overrides: str, env: object | None = None) -> ModelBased:
                       torch.device("cpu"), seed=0, env=env)
 
 
-class RecordingPolicy:
-    """Uniform random rollout actions in Pendulum's [-2, 2]."""
-
-    def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        return torch.rand(n, 1, generator=generator)
-
-    def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        return 4 * noise - 2
-
-
 def pendulum_data(steps: int, num_envs: int = 4) -> Any:
     """Real Pendulum transitions, random actions, across a time-limit auto-reset."""
     from mbpo.buffers import make_replay_buffer
@@ -116,7 +107,7 @@ def test_with_a_given_reward_the_ensemble_learns_none_and_rollouts_use_the_rule(
     assert model.ensemble.target_dim == 3 and model.ensemble.net.layers[-1].out_features == 2 * 3  # no reward column
     real = pendulum_data(60, num_envs=1)
     assert model.check_rules(real[: len(real)]) == []  # agrees with the env
-    assert model.after_collect(0, 60, real, RecordingPolicy())
+    assert model.after_collect(0, 60, real, UniformPolicy(-2.0, 2.0))
     stored = model.model_buffer.newest(len(model.model_buffer))
     assert stored.shape[0] == 4 * 60
     assert torch.equal(stored["reward"], pendulum_reward(stored["obs"], stored["action"], stored["next_obs"]))
