@@ -179,6 +179,7 @@ def test_an_async_trainer_reads_the_rules_of_the_env_it_was_given(tmp_path: Path
     finally:
         trainer.close()
     err = capsys.readouterr().err
+    assert "rollouts of 100,000 branches, 100,000 at a time (model.rollout_batch_size): about" in err  # 400 x 250
     assert "[mbpo] model rules: termination from the env's termination_fn (RuledPendulum)" in err
     assert "warning" not in err
 
