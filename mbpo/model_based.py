@@ -39,10 +39,12 @@ from mbpo.buffers import (
 )
 from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.debug import check_indices, check_transitions
+from mbpo.errors import MbpoError
+from mbpo.memory import release_free_memory
 from mbpo.model_health import OPEN_LOOP_HORIZONS, ensemble_step, one_step_errors, open_loop_errors
 from mbpo.models.ensemble import DynamicsEnsemble
-from mbpo.models.termination import known_termination
-from mbpo.rollouts import RolloutStats, branched_rollouts, obs_limit_from, rollout_length
+from mbpo.models.rules import check_rules, model_rules
+from mbpo.rollouts import RolloutPolicy, RolloutStats, branched_rollouts, obs_limit_from, rollout_length
 from mbpo.seeding import derive
 
 __all__ = ["ModelBased", "MAX_HEALTH_ROWS", "trainings_earned", "budget_start"]
@@ -67,7 +69,11 @@ def trainings_earned(env_steps: int, train_freq: int, learning_starts: int) -> i
 
 
 class ModelBased:
-    """Dynamics ensemble + termination + model buffer + the MBPO budgets."""
+    """Dynamics ensemble + the task's rules + model buffer + the MBPO budgets.
+
+    ``env`` is the training env object: a ``termination_fn`` / ``reward_fn`` it (or the user's env
+    it wraps) defines is used unless the config names its own (mbpo.models.rules).
+    """
 
     def __init__(
         self,
@@ -79,6 +85,7 @@ class ModelBased:
         seed: int,
         rollouts_per_real: float | None = None,
         learning_starts: int = 0,
+        env: object | None = None,
     ) -> None:
         self.config = config
         self.learning_starts = learning_starts
@@ -89,10 +96,13 @@ class ModelBased:
         """Branches started per real transition in effect (the trainer passes config.rollouts_per_transition)."""
         self.device = device
         self.obs_dim, self.action_space = int(observation_space.shape[0]), action_space
-        self.termination = None if config.learned_termination else known_termination(env_id)
+        self.rules = model_rules(config, env_id, env)
+        self.termination, self.reward = self.rules.termination, self.rules.reward
+        """The task's rules in effect; None = the ensemble learns that one."""
         self.ensemble = DynamicsEnsemble(
             config, int(observation_space.shape[0]), action_space, device, seed=seed,
-            learn_termination=self.termination is None, precision=config.precision,
+            learn_termination=self.termination is None, learn_reward=self.reward is None,
+            precision=config.precision,
         )
         self.generator = torch.Generator(device=device).manual_seed(derive(seed, "rollouts"))  # starts, branches
         self.batch_generator = torch.Generator(device=device).manual_seed(derive(seed, "batches"))  # the learner's
@@ -127,7 +137,7 @@ class ModelBased:
         return max(1, int(self.rollouts_per_real * c.epoch_length * length * c.retain_epochs))
 
     # -- the two calls the trainer makes -------------------------------------------
-    def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: Any) -> bool:
+    def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: RolloutPolicy) -> bool:
         """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
         due = trainings_earned(after, self.config.train_freq, self.learning_starts)
         if due <= trainings_earned(before, self.config.train_freq, self.learning_starts) or len(real) < 2:
@@ -180,7 +190,7 @@ class ModelBased:
         reward_var = data[REWARD].float().var()
         rows = data[fresh]
         rows_valid = valid[fresh]
-        step = ensemble_step(self.ensemble, self.termination)
+        step = ensemble_step(self.ensemble, self.termination, self.reward)
         errors = one_step_errors(step, rows[OBS], rows[ACTION], rows[REWARD], rows[NEXT_OBS], rows[TERMINATED],
                                  delta_var, reward_var, rows_valid)
         open_loop = open_loop_errors(step, rows[OBS][rows_valid], rows[ACTION][rows_valid],
@@ -192,9 +202,9 @@ class ModelBased:
             "real_termination_rate": float(rows[TERMINATED].float().mean()), "model_health_rows": int(fresh.numel()),
         }
 
-    def rollout(self, data: TensorDict, env_steps: int, policy: Any) -> None:
+    def rollout(self, data: TensorDict, env_steps: int, policy: RolloutPolicy) -> None:
         """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
-        since the last call, into the model buffer.
+        since the last call, ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
         """
         num_starts = int(self.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
         self.last_rollout_env_steps = env_steps
@@ -208,19 +218,30 @@ class ModelBased:
         if self.debug:
             check_indices(idx, data.shape[0], "rollout start states")
             check_indices(torch.as_tensor(self.ensemble.elites), self.ensemble.ensemble_size, "elite indices")
-        batch, stats = branched_rollouts(
+        _, stats = branched_rollouts(
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
-            self.generator,
+            self.generator, reward=self.reward, batch_size=self.config.rollout_batch_size, sink=self._store,
         )
+        self.rollouts_started += stats.started
+        self.nonfinite_branches += stats.nonfinite
+        self.last_rollout = stats
+        release_free_memory()  # the fit's and the rollouts' temporaries, freed in this thread's arena
+
+    def _store(self, batch: TensorDict) -> None:
+        """One rollout step's transitions into the model buffer (its writes ordered after the learner's reads)."""
         if self.debug and batch.shape[0]:
             check_transitions(batch, "model rollouts -> model buffer", self.device, self.obs_dim, self.action_space)
         with self.lock:
             self._after_learner_reads()
             self.model_buffer.add(batch)
             self._mark_written()
-        self.rollouts_started += stats.started
-        self.nonfinite_branches += stats.nonfinite
-        self.last_rollout = stats
+
+    def check_rules(self, batch: TensorDict) -> list[str]:
+        """Run the task's rules on real transitions ``batch`` (start-up): a rule that returns the wrong shape,
+        dtype or device, or a non-finite reward, is an MbpoError; returns a warning per rule that disagrees
+        with the env on them.
+        """
+        return check_rules(self.rules, batch)
 
     def _after_learner_reads(self) -> None:
         """On CUDA, from another stream (the async model thread): order model-buffer writes after every
@@ -291,8 +312,12 @@ class ModelBased:
             "rollout_termination_rate": None if roll is None else roll.terminated / max(roll.stored, 1),
         }
 
+    def _heads(self) -> dict[str, bool]:
+        return {"reward": self.ensemble.learn_reward, "termination": self.ensemble.learn_termination}
+
     def state_dict(self) -> dict[str, Any]:
         return {
+            "heads": self._heads(),
             "ensemble": self.ensemble.state_dict(),
             "model_buffer": self.model_buffer.state_dict(),
             "generator": self.generator.get_state(),
@@ -307,6 +332,16 @@ class ModelBased:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`; a checkpoint whose ensemble learned other heads (the task's rules
+        changed: a config key, or the env's termination_fn / reward_fn) is refused.
+        """
+        heads = state.get("heads", {"reward": True, "termination": self.ensemble.learn_termination})
+        if heads != self._heads():
+            learned = {name: "learned" if on else "given" for name, on in heads.items()}
+            raise MbpoError(f"the checkpoint's ensemble was built with reward {learned['reward']} and termination "
+                            f"{learned['termination']}, but this run has {self.rules.describe()}; resume with the "
+                            "rules the run started with (model.termination / model.reward, the env's termination_fn "
+                            "/ reward_fn)")
         self.ensemble.load_state_dict(state["ensemble"])
         self.model_buffer.load_state_dict(state["model_buffer"])
         self.generator.set_state(state["generator"])

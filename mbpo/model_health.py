@@ -32,16 +32,19 @@ OPEN_LOOP_HORIZONS = (1, 5)
 _EPS = 1e-8
 
 
-def ensemble_step(ensemble: object, termination: Callable[..., torch.Tensor] | None) -> StepFn:
+def ensemble_step(ensemble: object, termination: Callable[..., torch.Tensor] | None,
+                  reward_fn: Callable[..., torch.Tensor] | None = None) -> StepFn:
     """The ensemble as a deterministic model: the mean over its elites of each elite's mean prediction;
-    termination by the known rule on the predicted next state, else the elites' mean logit > 0.
+    termination by the task's rule on the predicted next state, else the elites' mean logit > 0; the reward
+    by the task's rule where one is given (the ensemble then has no reward output), else predicted.
     """
 
     def step(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pred = ensemble.predict(obs, action)  # type: ignore[attr-defined]
         elites = torch.as_tensor(ensemble.elites, device=obs.device)  # type: ignore[attr-defined]
         mean = pred.mean.index_select(0, elites).mean(0)
-        next_obs, reward = obs + mean[:, :-1], mean[:, -1]
+        next_obs = obs + mean[:, : obs.shape[-1]]
+        reward = mean[:, -1] if reward_fn is None else reward_fn(obs, action, next_obs).reshape(-1).float()
         if termination is not None:
             terminated = termination(obs, action, next_obs)
         elif pred.terminated_logit is not None:

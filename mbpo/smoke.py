@@ -165,17 +165,22 @@ def stage_rollout(ctx: SmokeContext) -> None:
     env, data, ensemble = ctx.env, ctx.data["transitions"], ctx.data["ensemble"]
     gen = torch.Generator(device=env.device).manual_seed(3)
 
-    def policy(obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:  # uniform random, on the device
-        n = obs.shape[0]
-        if env.is_discrete:
-            return torch.randint(env.act_dim, (n,), generator=generator, device=env.device)
-        box = cast(gym.spaces.Box, env.action_space)  # Box unless Discrete
-        low = torch.as_tensor(box.low, device=env.device)
-        high = torch.as_tensor(box.high, device=env.device)
-        return low + (high - low) * torch.rand(n, env.act_dim, generator=generator, device=env.device)
+    class UniformPolicy:  # uniform random actions, on the device
+        def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+            if env.is_discrete:
+                return torch.randint(env.act_dim, (n, 1), generator=generator, device=env.device).float()
+            return torch.rand(n, env.act_dim, generator=generator, device=env.device)
+
+        def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            if env.is_discrete:
+                return noise[:, 0].long()
+            box = cast(gym.spaces.Box, env.action_space)  # Box unless Discrete
+            low = torch.as_tensor(box.low, device=env.device)
+            high = torch.as_tensor(box.high, device=env.device)
+            return low + (high - low) * noise
 
     start_obs = data["obs"][torch.randint(len(data), (256,), generator=gen, device=env.device)]
-    batch, stats = branched_rollouts(start_obs, 3, policy, ensemble, ctx.data["termination"],
+    batch, stats = branched_rollouts(start_obs, 3, UniformPolicy(), ensemble, ctx.data["termination"],
                                      obs_limit_from(data["obs"]), gen)
     print(f"  Branched {stats.started} rollouts x {stats.length} steps: {stats.stored} model transitions, "
           f"{stats.terminated} terminated, {stats.nonfinite} ended as non-finite; model version {ensemble.version}")

@@ -46,8 +46,15 @@ class Agent(Protocol):
         the env's action bounds, float32 ``(N, act_dim)``; discrete int64 ``(N,)``.
         """
 
-    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Exploring actions for model rollouts, on ``device`` from the learner's own networks (no grad)."""
+    def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The exploration noise of ``n`` model-rollout branches for one step, ``(n, k)`` on ``device``: drawn
+        for every branch at once, so how the rollouts are chunked changes no action.
+        """
+
+    def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Exploring actions for model rollouts from ``obs``' rows of :meth:`rollout_noise`, on ``device`` from
+        the learner's own networks (no grad).
+        """
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """The critics' estimate ``Q(s, a)`` at the deterministic policy's action for ``obs`` ``(N, obs_dim)``

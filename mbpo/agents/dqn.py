@@ -138,14 +138,21 @@ class DQN:
         random_actions = torch.randint(self.num_actions, (n,), generator=self.act_generator)
         return torch.where(coin < self.epsilon, random_actions, greedy)
 
-    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Epsilon-greedy int64 actions for model rollouts from the learner's own net on its device."""
+    def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The exploration noise of ``n`` model-rollout branches for one step, ``(n, 2)``: the epsilon coin and
+        a uniformly random action (as a float, exact for any action count a net can have).
+        """
+        coin = torch.rand(n, generator=generator, device=self.device)
+        random_actions = torch.randint(self.num_actions, (n,), generator=generator, device=self.device)
+        return torch.stack((coin, random_actions.float()), -1)
+
+    def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Epsilon-greedy int64 actions for model rollouts from the learner's own net on its device, with their
+        rows of :meth:`rollout_noise`.
+        """
         with torch.no_grad():
             greedy = self.q_net(obs).argmax(dim=-1)
-        n = obs.shape[0]
-        coin = torch.rand(n, generator=generator, device=obs.device)
-        random_actions = torch.randint(self.num_actions, (n,), generator=generator, device=obs.device)
-        return torch.where(coin < self.epsilon, random_actions, greedy)
+        return torch.where(noise[:, 0] < self.epsilon, noise[:, 1].long(), greedy)
 
     # --- learning ----------------------------------------------------------------------------
     def _loss_input(self, batch: TensorDictBase) -> TensorDict:

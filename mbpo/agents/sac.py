@@ -265,11 +265,16 @@ class SAC:
                 squashed = torch.tanh(mean)
             return torch.clamp(self._bias_cpu + self._scale_cpu * squashed, self._low_cpu, self._high_cpu)
 
-    def rollout_act(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Exploring actions for model rollouts: the learner's own actor on its device, env bounds, no grad."""
+    def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The exploration noise of ``n`` model-rollout branches for one step: ``(n, act_dim)`` standard normal."""
+        return torch.randn((n, self.act_dim), generator=generator, device=self.device)
+
+    def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Exploring actions for model rollouts from their rows of :meth:`rollout_noise`: the learner's own
+        actor on its device, env bounds, no grad.
+        """
         with torch.no_grad(), self._autocast():
-            eps = torch.randn((obs.shape[0], self.act_dim), generator=generator, device=self.device)
-            squashed, _ = self.actor.sample(obs, eps)
+            squashed, _ = self.actor.sample(obs, noise)
         low, high = self._bias - self._scale, self._bias + self._scale
         return torch.clamp(self._bias + self._scale * squashed.float(), low, high)
 

@@ -193,7 +193,20 @@ class ModelConfig:
     """The ensemble's matmuls in training and rollouts: fp32, bf16 autocast (losses and Gaussian maths stay fp32)
     or auto, resolved like agent.sac.precision."""
     learned_termination: bool = False
-    """Learn a termination head even where a known termination function exists."""
+    """Learn a termination head even where a termination rule exists (the env's termination_fn or a known
+    rule for env.id); not with model.termination."""
+    termination: str | None = None
+    """The task's termination rule for model rollouts, 'package.module:callable': batched
+    (obs, action, next_obs) -> bool (B,) on the run's device. null = the env's own termination_fn if it
+    defines one, else the known rule for env.id (mbpo/models/termination.py), else a learned head."""
+    reward: str | None = None
+    """The task's reward for model rollouts, 'package.module:callable': batched (obs, action, next_obs) ->
+    float (B,) on the run's device; the ensemble then learns no reward. null = the env's own reward_fn if it
+    defines one, else the ensemble learns the reward."""
+    rollout_batch_size: int = 100_000
+    """Branches stepped through the policy and the ensemble at a time (MBPO's code starts 100,000 per rollout):
+    bounds the rollouts' activations whatever rollouts_per_real x train_freq is (on CPU a forward takes at most
+    2,048 rows anyway, for the cache); the results do not depend on it."""
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 from mbpo.config.schema import Config, ConfigError, rollouts_per_transition, updates_per_transition
 
-__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS"]
+__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS", "CALLABLE_PATH"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.activation": ("swish", "relu"),
@@ -31,6 +31,10 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "runtime.nonfinite": ("raise", "drop"),
 }
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+CALLABLE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+"""A callable named by ``package.module:attr`` (``attr`` may be dotted: ``module:Class.method``); mbpo.imports
+loads it."""
+_CALLABLE_KEYS = ("model.termination", "model.reward")
 # Float keys that may hold nan or inf; each must say so (and what it means) in its docstring. None today.
 _NONFINITE_OK: frozenset[str] = frozenset()
 
@@ -97,6 +101,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.epoch_length": (1, None, True),
     "model.retain_epochs": (1, None, True),
     "model.real_ratio": (0, 1, True),
+    "model.rollout_batch_size": (1, None, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
     "runtime.num_collectors": (1, None, True),
@@ -172,6 +177,13 @@ def validate(config: Config) -> None:
     if not config.model.holdout_ratio < 1:
         raise ConfigError(f"model.holdout_ratio={config.model.holdout_ratio!r} is out of range; expected a value "
                           "in (0, 1): some real data must remain to train on")
+    for key in _CALLABLE_KEYS:
+        path = _get(config, key)
+        if path is not None and not CALLABLE_PATH.match(path):
+            raise ConfigError(f"{key}={path!r} is not a callable's path; expected null or 'package.module:callable'")
+    if config.model.termination is not None and config.model.learned_termination:
+        raise ConfigError(f"model.termination={config.model.termination!r} and model.learned_termination=true ask "
+                          "for both a given and a learned termination; set one of the two")
     if config.model.num_elites > config.model.ensemble_size:
         raise ConfigError(f"model.num_elites={config.model.num_elites} is out of range; expected at most "
                           f"model.ensemble_size={config.model.ensemble_size}")

@@ -2,8 +2,9 @@
 
 Each of ``ensemble_size`` members maps the normalised ``(obs, action)`` to a
 diagonal Gaussian over ``[next_obs - obs, reward]`` (raw units: targets are not
-standardised, as in MBPO, so holdout MSE is in the env's units) and, with
-``learn_termination``, one Bernoulli logit for ``terminated``. All members run as
+standardised, as in MBPO, so holdout MSE is in the env's units; without
+``learn_reward``, when the task's reward is given, over ``next_obs - obs`` only) and,
+with ``learn_termination``, one Bernoulli logit for ``terminated``. All members run as
 one :class:`~mbpo.agents.networks.BatchedMLP` (weights ``[members, in, out]``,
 one baddbmm per layer): no Python loop over members anywhere.
 
@@ -39,13 +40,20 @@ _CPU_ROW_BLOCK = {"fp32": 512, "bf16": 1024}
 benchmarks/ensemble_throughput.py). One pass on CUDA."""
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"swish": nn.SiLU, "relu": nn.ReLU}
 _STATE_KEYS = ("model", "optimizer", "elites", "version", "generator")
+ROW_QUANTUM = 32
+"""Sampling runs every matmul and activation on a multiple of this many rows per member. On CPU a row in a
+partial matmul tile rounds differently, and so do the last elements of an elementwise op (exp, SiLU) past the
+vector loop's 32 floats; with whole tiles a row's result does not depend on how many rows share its forward,
+so model.rollout_batch_size changes no result. (On CUDA, cuBLAS picks its kernels by size: equal up to rounding.)"""
 
 
 class Prediction(NamedTuple):
-    """Per-member outputs; the last dim of ``mean``/``var`` is ``[delta_obs..., reward]``."""
+    """Per-member outputs; the last dim of ``mean``/``var`` is ``[delta_obs..., reward]`` (no reward without
+    ``learn_reward``).
+    """
 
-    mean: torch.Tensor  # [M, B, obs_dim + 1]
-    var: torch.Tensor  # [M, B, obs_dim + 1]
+    mean: torch.Tensor  # [M, B, target_dim]
+    var: torch.Tensor  # [M, B, target_dim]
     terminated_logit: torch.Tensor | None  # [M, B], None without a termination head
 
 
@@ -67,6 +75,7 @@ class DynamicsEnsemble(nn.Module):
         seed: int = 0,
         learn_termination: bool = False,
         precision: str = "fp32",
+        learn_reward: bool = True,
     ) -> None:
         super().__init__()
         self.device = torch.device(device)
@@ -92,9 +101,11 @@ class DynamicsEnsemble(nn.Module):
         self.config = config
         self.precision = precision
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        self.in_dim, self.target_dim = obs_dim + act_dim, obs_dim + 1
+        self.in_dim, self.target_dim = obs_dim + act_dim, obs_dim + int(learn_reward)
         self.ensemble_size, self.num_elites = config.ensemble_size, config.num_elites
         self.learn_termination = learn_termination
+        self.learn_reward = learn_reward
+        """False where the task's reward is given (mbpo.models.rules): no reward output, no reward loss."""
         m, d = config.ensemble_size, self.target_dim
         # Seed the init locally (CPU generator only) so building a model never moves any global RNG.
         with torch.random.fork_rng(devices=[]):
@@ -146,13 +157,14 @@ class DynamicsEnsemble(nn.Module):
         return torch.cat((obs.float(), action.float()), -1)
 
     def _targets(self, obs: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
-        """``[next_obs - obs, reward]`` ``(..., obs_dim + 1)``."""
+        """``[next_obs - obs, reward]`` ``(..., target_dim)``; ``next_obs - obs`` alone without ``learn_reward``."""
         self._check(next_obs=next_obs, reward=reward)
         if next_obs.shape != obs.shape or reward.shape != obs.shape[:-1]:
             raise ValueError(f"next_obs {tuple(next_obs.shape)} / reward {tuple(reward.shape)} do not match obs "
                              f"{tuple(obs.shape)}; expected next_obs {tuple(obs.shape)} and reward "
                              f"{tuple(obs.shape[:-1])}")
-        return torch.cat((next_obs.float() - obs.float(), reward.float().unsqueeze(-1)), -1)
+        delta = next_obs.float() - obs.float()
+        return torch.cat((delta, reward.float().unsqueeze(-1)), -1) if self.learn_reward else delta
 
     # --- network --------------------------------------------------------------------------------
     def _params(self, members: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -326,10 +338,10 @@ class DynamicsEnsemble(nn.Module):
                 raise ValueError(f"next_obs_valid is {next_obs_valid.dtype} {tuple(next_obs_valid.shape)}; "
                                  f"expected torch.bool ({n},)")
             if not bool(next_obs_valid.all()):
-                known = next_obs_valid.unsqueeze(-1)
-                target[:, :-1] = torch.where(known, target[:, :-1], 0.0)  # a placeholder need not even be finite
+                known, delta = next_obs_valid.unsqueeze(-1), slice(0, self.obs_dim)
+                target[:, delta] = torch.where(known, target[:, delta], 0.0)  # a placeholder need not even be finite
                 weight = torch.ones_like(target)
-                weight[:, :-1] = known
+                weight[:, delta] = known
         if terminated is not None:
             self._check(terminated=terminated)
             if terminated.shape != (n,):
@@ -345,21 +357,23 @@ class DynamicsEnsemble(nn.Module):
     # --- sampling -------------------------------------------------------------------------------
     @torch.no_grad()
     def sample(
-        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """One model step for ``B`` start states, each through a uniformly random elite, in one batched forward.
 
         The batch is randomly permuted and dealt round-robin to the ``E`` elites
         (``[E, ceil(B/E), in]``, chunk sizes differ by at most one); only the
-        elites' weights run (in row blocks on CPU, see ``_CPU_ROW_BLOCK``). Returns
-        ``next_obs (B, obs_dim)``, ``reward (B,)`` and the termination logit ``(B,)``
-        (None without a head), with Gaussian noise from ``generator``.
+        elites' weights run, in row blocks of at most ``batch_size`` rows in all
+        (and of ``_CPU_ROW_BLOCK`` per elite on CPU). Returns ``next_obs (B, obs_dim)``,
+        ``reward (B,)`` (None without ``learn_reward``) and the termination logit ``(B,)``
+        (None without a head), with Gaussian noise from ``generator``. The draws do not
+        depend on ``batch_size``, and on CPU no result does (``ROW_QUANTUM``).
         """
         if generator.device != self.device:
             raise ValueError(f"sample() got a generator on {generator.device}; expected one on {self.device}")
         b, e, d = obs.shape[0], self.num_elites, self.target_dim
         x = self.normalizer.normalize(self._inputs(obs, action))
-        rows = -(-b // e)
+        rows = -(-b // (e * ROW_QUANTUM)) * ROW_QUANTUM  # per elite, whole tiles
         pad = rows * e - b  # slots past the last row: they compute row 0 again and are dropped
         perm = torch.randperm(b, generator=generator, device=self.device)
         eps = torch.randn((b, d), generator=generator, device=self.device)
@@ -371,7 +385,8 @@ class DynamicsEnsemble(nn.Module):
         draw = torch.empty(e, rows, d, device=self.device)
         logit = torch.empty(e, rows, device=self.device) if self.learn_termination else None
         params, block = self._inference_params(self._elite_idx)
-        step = max(block or rows, 1)
+        step = min(block or rows, rows if batch_size is None else batch_size // e)
+        step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
         for s in range(0, rows, step):
             at = slice(s, s + step)
             mean, logvar, block_logit = self._raw(xp[:, at], params)
@@ -385,7 +400,8 @@ class DynamicsEnsemble(nn.Module):
         order = inv % e * rows + inv // e
         draw = draw.view(-1, d).index_select(0, order)
         out_logit = None if logit is None else logit.view(-1).index_select(0, order)
-        return obs + draw[:, :-1].to(obs.dtype), draw[:, -1], out_logit
+        reward = draw[:, -1] if self.learn_reward else None
+        return obs + draw[:, : self.obs_dim].to(obs.dtype), reward, out_logit
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(  # type: ignore[override]  # no arguments: the resume state, not nn.Module's tensor dict
@@ -435,10 +451,11 @@ class _WeightDecay(torch.autograd.Function):
 
 def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
-    0 or 1), the mean over the weighted entries only. Never 0/0: the reward column is always known.
+    0 or 1), the mean over the weighted entries only, 0 where there is none (a reward that is not learned
+    and rows whose next obs is unknown leave nothing to fit).
     """
     if weight is None:
         return err.mean((1, 2))
     weight = weight.expand_as(err)
-    return (err * weight).sum((1, 2)) / weight.sum((1, 2))
+    return (err * weight).sum((1, 2)) / weight.sum((1, 2)).clamp_min(1.0)
 

@@ -83,7 +83,7 @@ class ModelWorker(ThreadWorker):
                     self.policy_version = latest.version
                 # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
                 # publish buffer_ready for the learner's next sample.
-                self.model.rollout(data, env_steps, self.rollout_agent.rollout_act)
+                self.model.rollout(data, env_steps, self.rollout_agent)
             finally:
                 self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
         self.busy_s += time.perf_counter() - start

@@ -29,7 +29,9 @@ from mbpo.env_builder import build_env
 from mbpo.errors import MbpoError
 from mbpo.evaluation import critic_bias, evaluate_episodes
 from mbpo.model_based import ModelBased
+from mbpo.models.rules import probe_transitions
 from mbpo.precision import resolve_precision
+from mbpo.rollouts import rollout_bytes
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, check_belongs, log_resume, write_config
 from mbpo.seeding import derive
 from mbpo.throughput import Throughput
@@ -112,6 +114,8 @@ class Trainer:
             self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
             self.components["eval env"] = self.eval_env
             self.plan.check({"eval env": self.eval_env})
+            if self.model is not None:
+                self._check_rules(self.model)  # on a real step of the eval env
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
@@ -142,7 +146,7 @@ class Trainer:
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
                                     device, self.seed("model"), rollouts_per_transition(config),
-                                    config.agent.learning_starts)
+                                    config.agent.learning_starts, env=self.env)
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()
@@ -171,16 +175,37 @@ class Trainer:
         model_rows = int(rollouts_per_transition(config) * m.epoch_length * max(m.rollout_schedule[2:])
                          * m.retain_epochs)
         model = (row + 8) * model_rows if m.enabled else 0  # + the model_version column
+        # A rollout starts rollouts_per_real branches per real transition since the last one: train_freq, or a
+        # whole vector step where that is more.
+        starts = int(rollouts_per_transition(config) * max(m.train_freq, config.env.num_envs))
+        a = config.agent
+        widest = max(*m.hidden_sizes, *(a.sac.hidden_sizes if a.name == "sac" else a.dqn.hidden_sizes))
+        rollout = (rollout_bytes(starts, m.rollout_batch_size, row + 8, self.env.obs_dim, self.env.act_dim, widest,
+                                 device) if m.enabled else 0)
         available = envs.available_memory(device)
         parts = [f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}"]
         if m.enabled:
             parts.append(f"model buffer up to {model_rows:,} x {row + 8} B = {_size(model)}")
+            parts.append(f"rollouts of {starts:,} branches, {min(starts, m.rollout_batch_size):,} at a time "
+                         f"(model.rollout_batch_size): about {_size(rollout)} at their peak")
         room = "" if available is None else f" ({_size(available)} available)"
         print(f"[mbpo] memory on {device}: {'; '.join(parts)}{room}", file=sys.stderr)
-        if available is not None and replay + model > available:
-            raise MbpoError(f"the buffers need {_size(replay + model)} on {device} but only {_size(available)} is "
-                            f"available ({'; '.join(parts)}); lower agent.buffer_size"
-                            f"{' or model.rollouts_per_real / model.retain_epochs' if m.enabled else ''}")
+        if available is not None and replay + model + rollout > available:
+            model_keys = ", model.rollouts_per_real, model.retain_epochs or model.rollout_batch_size"
+            raise MbpoError(f"the buffers need {_size(replay + model + rollout)} on {device} but only "
+                            f"{_size(available)} is available ({'; '.join(parts)}); lower agent.buffer_size"
+                            f"{model_keys if m.enabled else ''}")
+
+    def _check_rules(self, model: ModelBased) -> None:
+        """Say which termination and reward rules the rollouts use, and run them on real transitions (one
+        random step of the eval env, which every evaluation reseeds) before anything trains. Last in start-up:
+        the rules come from the training env, the transitions from the eval env.
+        """
+        print(f"[mbpo] model rules: {model.rules.describe()}", file=sys.stderr)
+        if model.termination is None and model.reward is None:
+            return
+        for line in model.check_rules(probe_transitions(self.eval_env, self.seed("rules_probe"))):
+            print(f"[mbpo] warning: {line}", file=sys.stderr)
 
     def due(self, before: int, after: int, done: bool = False) -> Due:
         """Evaluate, log and checkpoint when env steps cross their intervals; the last step always logs and

@@ -71,7 +71,7 @@ class SyncTrainer(Trainer):
             self._collect_step()
             tick = time.perf_counter()
             if self.model is not None:
-                self.model.after_collect(before, self.env_steps, self.buffer, self.agent.rollout_act)
+                self.model.after_collect(before, self.env_steps, self.buffer, self.agent)
             tock = time.perf_counter()
             if self.env_steps >= cfg.agent.learning_starts:
                 self.learning_env_steps += n

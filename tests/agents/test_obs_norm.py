@@ -64,8 +64,8 @@ def test_actor_rollouts_and_critics_see_normalised_obs() -> None:
     obs = raw_obs(16, seed=4)
     for explore in (False, True):
         torch.testing.assert_close(with_norm.act(obs, explore), plain.act(normalised(obs, norm), explore))
-    torch.testing.assert_close(with_norm.rollout_act(obs, torch.Generator().manual_seed(5)),
-                               plain.rollout_act(normalised(obs, norm), torch.Generator().manual_seed(5)))
+    noise = with_norm.rollout_noise(16, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(with_norm.rollout_act(obs, noise), plain.rollout_act(normalised(obs, norm), noise))
     batch = make_batch(64, seed=6)
     batch[OBS], batch[NEXT_OBS] = raw_obs(64, seed=7), raw_obs(64, seed=8)
     plain_batch = batch.clone()

@@ -63,6 +63,15 @@ def test_env_factory_errors(tmp_path: Path) -> None:
     assert "env.factory='envs.base:check_num_envs' returned builtins.int; expected an envs.VecEnv" in line
 
 
+def test_task_rule_errors(tmp_path: Path) -> None:
+    """A rule that does not import, or returns the wrong thing on real transitions, stops the start-up."""
+    line = one_error_line(mbpo("train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST))
+    assert "model.reward='nowhere_module:fn': importing 'nowhere_module' failed with ModuleNotFoundError" in line
+    line = one_error_line(mbpo("train", "model.termination=tests.models.test_rules:pendulum_reward",
+                               f"run_dir={tmp_path / 'b'}", *FAST))
+    assert "returned torch.float32 (1,) on cpu; expected a tensor of torch.bool, shape (1,)" in line
+
+
 @pytest.mark.skipif(torch.cuda.device_count() > 3, reason="this machine has a cuda:3")
 def test_a_device_this_machine_lacks(tmp_path: Path) -> None:
     line = one_error_line(mbpo("train", *FAST, "device=cuda:3", f"run_dir={tmp_path / 'r'}"))

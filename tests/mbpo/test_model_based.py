@@ -51,13 +51,26 @@ def test_model_buffer_is_a_ring_that_resizes_keeping_the_newest() -> None:
         ModelBuffer(3, "cpu").sample(1, torch.Generator())
 
 
+class UniformPolicy:
+    """A rollout policy: actions uniform in ``[low, high)``, one ``act_dim`` row of noise per branch."""
+
+    def __init__(self, low: float, high: float, act_dim: int = 1) -> None:
+        self.low, self.high, self.act_dim = low, high, act_dim
+
+    def rollout_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.rand(n, self.act_dim, generator=generator, device=generator.device)
+
+    def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.low + (self.high - self.low) * noise
+
+
 class DivergingEnsemble:
     """obs = [branch id, x]. Branch id % 3 == 1 predicts NaN, == 2 an absurd x, else x + 1."""
 
     version = 7
 
     def sample(
-        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, None]:
         branch, x = obs[:, 0], obs[:, 1]
         x = torch.where(branch % 3 == 1, math.nan, torch.where(branch % 3 == 2, 1e9, x + 1.0))
@@ -67,7 +80,7 @@ class DivergingEnsemble:
 def test_no_nonfinite_or_absurd_value_reaches_the_model_buffer() -> None:
     start = torch.stack((torch.arange(9.0), torch.zeros(9)), -1)
     batch, stats = branched_rollouts(
-        start, 10, lambda o, g: torch.zeros(o.shape[0], 1), DivergingEnsemble(),
+        start, 10, UniformPolicy(0.0, 0.0), DivergingEnsemble(),
         lambda o, a, n: n[:, 1] > 5, obs_limit_from(torch.tensor([[8.0, 1.0]])), torch.Generator().manual_seed(0),
     )
     assert all(bool(torch.isfinite(batch[k].float()).all()) for k in ("obs", "next_obs", "reward"))
@@ -102,10 +115,7 @@ def test_real_ensemble_forced_to_diverge_never_fills_the_buffer_with_nonfinite(t
     real_fit = mb.ensemble.fit
     mb.ensemble.fit = diverge_then_fit  # type: ignore[method-assign]  # a wrapping spy
 
-    def policy(o: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        return torch.rand(o.shape[0], 1, generator=gen) * 4 - 2
-
-    assert mb.after_collect(0, 60, real, policy)
+    assert mb.after_collect(0, 60, real, UniformPolicy(-2.0, 2.0))
     assert mb.nonfinite_branches > 0
     if len(mb.model_buffer):
         data = mb.model_buffer.newest(len(mb.model_buffer))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -165,7 +166,15 @@ def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
     real = make_replay_buffer(1000, "cpu", torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(0)
     obs = env.reset(seed=0)
-    policy = lambda o, gen: torch.randint(2, (o.shape[0],), generator=gen)  # noqa: E731
+
+    class RandomPolicy:  # a RolloutPolicy: uniform random CartPole actions
+        def rollout_noise(self, n: int, gen: torch.Generator) -> torch.Tensor:
+            return torch.rand(n, generator=gen)
+
+        def rollout_act(self, o: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            return (noise < 0.5).long()
+
+    policy = RandomPolicy()
     rows_seen = []
     for step in range(1, 251):
         action = torch.randint(2, (1,), generator=g)
@@ -185,3 +194,21 @@ def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
     assert row["model_err_termination"] < 0.2
     data = real[: len(real)]
     assert row["real_termination_rate"] == pytest.approx(float(data[TERMINATED][100:200].float().mean()))
+
+
+def test_with_a_given_reward_the_reward_error_is_that_rules_and_zero_for_the_envs_own(tmp_path: Path) -> None:
+    """The ensemble has no reward output then: the health figures use the rule, as the rollouts do."""
+    from mbpo.metrics import read_metrics
+    from mbpo.trainers import SyncTrainer
+
+    cfg = load_config(None, [
+        "device=cpu", f"run_dir={tmp_path}", "progress=false", "total_env_steps=300", "eval_every=300",
+        "eval_episodes=2", "log_every=100", "agent.batch_size=32", "agent.learning_starts=100",
+        "agent.sac.hidden_sizes=[32,32]", "agent.utd_ratio=1", "model.enabled=true", "model.hidden_sizes=[16,16]",
+        "model.weight_decay=[0,0,0]", "model.max_epochs=3", "model.rollouts_per_real=2", "model.train_freq=100",
+        "model.reward=tests.models.test_rules:pendulum_reward"])
+    trainer = SyncTrainer(cfg, tmp_path)
+    assert trainer.model is not None and not trainer.model.ensemble.learn_reward
+    trainer.run()
+    last = read_metrics(tmp_path / "metrics.csv")[-1]
+    assert float(last["model_err_delta"]) > 0 and float(last["model_err_reward"]) < 1e-9  # the env's own reward

@@ -438,3 +438,23 @@ def test_bf16_predictions_and_gradients_are_close_to_fp32() -> None:
     for g32, g16 in zip(*grads, strict=True):
         assert g16.dtype == torch.float32
         assert (g16 - g32).norm() < 0.02 * g32.norm()
+
+
+def test_without_learn_reward_there_is_no_reward_head_and_unknown_states_leave_nothing_to_fit() -> None:
+    """A given reward (mbpo.models.rules): the ensemble predicts the next state only; rows whose next state is
+    unknown then have no target at all, and a batch of only those costs nothing instead of 0/0.
+    """
+    ens = DynamicsEnsemble(small_config(max_epochs=20), OBS, BOX, "cpu", seed=0, learn_reward=False)
+    assert ens.target_dim == OBS and ens.net.layers[-1].out_features == 2 * OBS
+    obs, action, reward, next_obs, _ = linear_system(600)
+    before = ens.evaluate(obs, action, reward, next_obs)
+    fit = ens.fit(obs, action, torch.full((600,), float("nan")), next_obs)  # the reward is never looked at...
+    assert fit["holdout_loss"] < 0.1 * float(before.mean())  # ...and the next state is learned
+    next_pred, reward_pred, _ = ens.sample(obs[:10], action[:10], torch.Generator().manual_seed(0))
+    assert reward_pred is None and next_pred.shape == (10, OBS)
+    x, target, _, weight = ens._fit_data(obs[:8], action[:8], reward[:8], next_obs[:8], None,
+                                         torch.zeros(8, dtype=torch.bool))
+    assert weight is not None and not weight.any()
+    loss = ens._loss(x.unsqueeze(0).expand(ens.ensemble_size, -1, -1), target.expand(ens.ensemble_size, -1, -1),
+                     None, weight)
+    assert torch.isfinite(loss)
