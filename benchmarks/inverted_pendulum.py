@@ -6,13 +6,14 @@ Both run at once (one process and one core each) from ``configs/inverted_pendulu
 on 10 deterministic episodes (max return 1,000). Prints one JSON line with both curves and the
 first env step at which each reached 1,000. No target: the MBPO issue asks for the curves.
 
-    python benchmarks/inverted_pendulum.py [--minutes 55] [--steps 20000] [--seed 0]
+    python benchmarks/inverted_pendulum.py [--minutes 55] [--steps 20000] [--seed 0] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--keep", type=Path, default=None, help="copy each run's config.yaml and metrics.csv here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         procs = {}
@@ -56,6 +58,12 @@ def main() -> None:
             result[name] = {"env_steps": curve[-1][0] if curve else 0,
                             "first_1000_at": next((s for s, ret, _ in curve if ret >= 1000), None),
                             "curve_env_steps_return_wall_s": curve}
+        if args.keep is not None:
+            for name in VARIANTS:
+                dest = args.keep / f"{name}-s{args.seed}"
+                dest.mkdir(parents=True, exist_ok=True)
+                for f in ("config.yaml", "metrics.csv"):
+                    shutil.copy2(f"{tmp}/{name}/{f}", dest / f)
         print(json.dumps(result))
 
 
