@@ -79,6 +79,9 @@ def fit_ensemble(
         since_improved = 0 if _keep_improved(ensemble, mse, best, best_params) else since_improved + 1
     stopped_by = ("patience" if since_improved >= c.patience else "max_grad_steps" if steps_left <= 0
                   else "max_epochs" if c.max_epochs and epochs >= c.max_epochs else "stop")
+    # A member no epoch improved on (new_fit: a fit stopped before its first step, or only non-finite epochs)
+    # still holds its pre-fit weights (best_params' start): its holdout MSE is the pre-fit one, not inf.
+    best = [b if math.isfinite(b) else p for b, p in zip(best, pre_fit, strict=True)]
     below_pre_fit = [i for i in range(m) if not _improved(best[i], pre_fit[i])]
     with torch.no_grad():
         for p, b in zip(ensemble.parameters(), best_params, strict=True):

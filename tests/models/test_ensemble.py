@@ -349,6 +349,22 @@ def test_early_stopping_stops_and_keeps_best_weights(fit_baseline: str) -> None:
         assert all(new > old for new, old in zip(again["holdout_mse"], again["pre_fit_mse"], strict=True))
 
 
+def test_a_fit_stopped_before_its_first_step_reports_the_kept_pre_fit_weights() -> None:
+    """new_fit starts each member's best at inf; a member no epoch improved keeps its pre-fit weights, so its
+    figure (and the elites) must be the pre-fit ones, not inf and members 0..num_elites-1.
+    """
+    ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
+    data = linear_system(500)
+    ens.fit(*data)
+    with torch.no_grad():  # members 0 and 1 now predict badly: they must not be the elites
+        for p in ens.net.parameters():
+            p[:2].add_(torch.randn(p[:2].shape, generator=torch.Generator().manual_seed(0)))
+    metrics = ens.fit(*data, should_stop=lambda: True)
+    assert metrics["epochs"] == 0 and metrics["holdout_mse"] == metrics["pre_fit_mse"]
+    assert math.isfinite(metrics["holdout_loss"])
+    assert ens.elites == select_elites(metrics["pre_fit_mse"], 2) and not set(ens.elites) & {0, 1}
+    assert metrics["members_below_pre_fit"] == 4  # all kept their pre-fit weights
+
 def test_max_grad_steps_caps_a_training_part_way_through_an_epoch() -> None:
     data = linear_system(500)  # 100 held out, 400 to train on: 7 steps of 64 per epoch
     capped = DynamicsEnsemble(small_config(max_epochs=30, patience=30, max_grad_steps=10), OBS, BOX, "cpu")
