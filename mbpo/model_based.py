@@ -207,12 +207,12 @@ class ModelBased:
         since the last call, ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
         """
         num_starts = int(self.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
-        self.last_rollout_env_steps = env_steps
         with self.lock:
             self._after_learner_reads()
             self.model_buffer.resize(self._capacity(self.rollout_len))
             self._mark_written()
         if num_starts <= 0:
+            self.last_rollout_env_steps = env_steps
             return
         idx = torch.randint(data.shape[0], (num_starts,), generator=self.generator, device=self.device)
         if self.debug:
@@ -222,7 +222,9 @@ class ModelBased:
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
             self.generator, reward=self.reward, batch_size=self.config.rollout_batch_size, sink=self._store,
         )
-        self.rollouts_started += stats.started
+        # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run
+        # sees the previous pair, not the new steps over the old count.
+        self.rollouts_started, self.last_rollout_env_steps = self.rollouts_started + stats.started, env_steps
         self.nonfinite_branches += stats.nonfinite
         self.last_rollout = stats
         release_free_memory()  # the fit's and the rollouts' temporaries, freed in this thread's arena

@@ -122,6 +122,34 @@ def test_real_ensemble_forced_to_diverge_never_fills_the_buffer_with_nonfinite(t
         assert torch.isfinite(data["next_obs"]).all() and torch.isfinite(data["reward"]).all()
 
 
+def test_rollouts_per_real_realised_never_dips_while_rollouts_run() -> None:
+    """The async learner logs metrics while the model thread rolls out: the realised ratio it reads then is the
+    previous rollouts' (their starts over their env steps), not the new env steps over the old starts.
+    """
+    cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[16,16]", "model.weight_decay=[0,0,0]",
+                             "model.max_epochs=2", "model.rollouts_per_real=4", "model.train_freq=50"]).model
+    env = envs.make("Pendulum-v1", 1, seed=0)
+    mb = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    real = make_replay_buffer(1000, "cpu", torch.Generator().manual_seed(0))
+    g, obs = torch.Generator().manual_seed(1), env.reset()
+    during: list[float] = []
+
+    class Spy(UniformPolicy):  # reads the metrics from inside the rollouts, as a concurrent metrics row would
+        def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            during.append(mb.metrics(0)["rollouts_per_real_realised"])
+            return super().rollout_act(obs, noise)
+
+    after = []
+    for step in range(1, 151):
+        action = envs.random_actions(env, g)
+        nxt, reward, term, _, info = env.step(action)
+        real.extend(transitions(obs, action, reward, info["final_obs"], term))
+        obs = nxt
+        if mb.after_collect(step - 1, step, real, Spy(-2.0, 2.0)):
+            after.append(mb.metrics(step)["rollouts_per_real_realised"])
+    assert after == [4.0, 4.0, 4.0]
+    assert during and set(during) <= {0.0, 4.0} and during[-1] == 4.0  # 0 only before the first rollouts end
+
 def test_policy_batches_mix_real_and_model_by_real_ratio() -> None:
     cfg = load_config(None, ["model.enabled=true", "model.real_ratio=0.25", "model.hidden_sizes=[8]",
                              "model.weight_decay=[0,0]"]).model
