@@ -115,7 +115,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from mbpo.agents import make_agent
+    from mbpo.agents import acting_config, make_agent
     from mbpo.checkpoint import load_checkpoint
     from mbpo.config import config_from_yaml
     from mbpo.devices import DevicePlan
@@ -128,7 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
     env = build_env(config.env, args.episodes, device, args.seed)  # the run's env id or factory, as it trained
-    agent = make_agent(config.agent, env.observation_space, env.action_space, device, config.seed)
+    agent = make_agent(acting_config(config.agent), env.observation_space, env.action_space, device, config.seed)
     agent.load_state_dict(state["agent"])
     returns = evaluate(agent, env, args.seed)
     print(json.dumps({"checkpoint": str(args.checkpoint), "env_id": config.env.id, "episodes": len(returns),

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gymnasium as gym
 import torch
 
 from mbpo.agents.base import Agent
 from mbpo.config import AgentConfig, ConfigError
 
-__all__ = ["Agent", "make_agent"]
+__all__ = ["Agent", "make_agent", "acting_config"]
 
 
 def make_agent(
@@ -39,3 +41,13 @@ def make_agent(
 
         return DQN(config.dqn, observation_space, action_space, device, seed=seed)
     raise ConfigError(f"agent.name={config.name!r} is not known; expected sac or dqn")
+
+
+def acting_config(config: AgentConfig) -> AgentConfig:
+    """``config`` for an agent that only acts (a collector's CPU policy, ``mbpo eval``): SAC's precision is the
+    update's, resolved for the learner's device (bf16 on a GPU), and acting runs the fp32 CPU replica; so fp32,
+    which every device computes (an explicit bf16 is refused where a CPU has no native bf16).
+    """
+    if config.name != "sac" or config.sac.precision == "fp32":
+        return config
+    return dataclasses.replace(config, sac=dataclasses.replace(config.sac, precision="fp32"))

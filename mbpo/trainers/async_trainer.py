@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import envs
-from mbpo.agents import make_agent
+from mbpo.agents import acting_config, make_agent
 from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.config import Config, updates_per_transition
 from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
@@ -79,7 +79,7 @@ class AsyncTrainer(Trainer):
             min_lead=steps_per_batch * n, max_lead=rt.max_lead)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
             DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
-        self.setup = CollectorSetup(config.agent, self.env.observation_space, self.env.action_space, n,
+        self.setup = CollectorSetup(acting_config(config.agent), self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
                                     rt.collector_threads, config.debug)
         self.backend = make_backend(

@@ -348,3 +348,18 @@ def test_the_progress_bar_ends_at_the_env_steps_taken(tiny_config: Callable[...,
         assert logger.bar.n == row["env_steps"] == 300
     finally:
         logger.close()
+
+
+def test_a_bf16_learner_trains_with_collectors_on_a_cpu_without_native_bf16(
+    tiny_config: Callable[..., Config], thread_baseline: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """precision=auto resolves bf16 for the learner's device (a GPU); the collectors' CPU policies only act
+    (fp32 replicas) and must not be refused on a CPU without AVX512-BF16/AMX.
+    """
+    monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (True, "the learner's device"))
+    cfg = tiny_config("agent.sac.precision=auto", "runtime.backend=thread", "total_env_steps=128")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    assert trainer.agent.precision == "bf16"
+    monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (False, "the collectors' CPU"))
+    row = trainer.run()  # the thread backend builds its collectors' policies here
+    assert row["env_steps"] == 128 and row["collector_restarts"] == 0
