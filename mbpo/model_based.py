@@ -61,11 +61,11 @@ def budget_start(train_freq: int, learning_starts: int) -> int:
     return (max(-(-learning_starts // train_freq), 1) - 1) * train_freq
 
 
-def trainings_earned(env_steps: int, train_freq: int, learning_starts: int) -> int:
-    """Model trainings due after ``env_steps`` real transitions: one at every multiple of ``train_freq`` from
-    the first at or after ``learning_starts`` (the sync trainer and the async gate count the same way).
+def trainings_earned(env_steps: int, train_freq: int, start: int) -> int:
+    """Model trainings due after ``env_steps`` real transitions, counting from ``start`` (:func:`budget_start`):
+    one at every multiple of ``train_freq`` after it (the sync trainer and the async gate count the same way).
     """
-    return max((env_steps - budget_start(train_freq, learning_starts)) // train_freq, 0)
+    return max((env_steps - start) // train_freq, 0)
 
 
 class ModelBased:
@@ -88,8 +88,9 @@ class ModelBased:
         env: object | None = None,
     ) -> None:
         self.config = config
-        self.learning_starts = learning_starts
-        """agent.learning_starts: no training before it, and the rollout schedule's epochs count from it."""
+        self.clock_start = learning_starts
+        """Where the rollout schedule's epochs count from: agent.learning_starts (0 in a run checkpointed before
+        that rule, which keeps its own clock when resumed)."""
         self.rollouts_per_real: float = (
             rollouts_per_real if rollouts_per_real is not None
             else config.rollouts_per_real if config.rollouts_per_real is not None else DEFAULT_ROLLOUTS_PER_REAL)
@@ -139,8 +140,8 @@ class ModelBased:
     # -- the two calls the trainer makes -------------------------------------------
     def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: RolloutPolicy) -> bool:
         """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
-        due = trainings_earned(after, self.config.train_freq, self.learning_starts)
-        if due <= trainings_earned(before, self.config.train_freq, self.learning_starts) or len(real) < 2:
+        due = trainings_earned(after, self.config.train_freq, self.budget_start)
+        if due <= trainings_earned(before, self.config.train_freq, self.budget_start) or len(real) < 2:
             return False
         data = real[: len(real)]
         self.train(data, after, fresh=self.fresh_rows(real, after))
@@ -151,7 +152,7 @@ class ModelBased:
         """MBPO epochs (of ``epoch_length`` real transitions) since ``learning_starts``, as the paper's code counts
         them (its epochs start after the random steps): the clock of ``rollout_schedule``.
         """
-        return max(env_steps - self.learning_starts, 0) / self.config.epoch_length
+        return max(env_steps - self.clock_start, 0) / self.config.epoch_length
 
     def fresh_rows(self, real: ReplayBuffer, env_steps: int) -> torch.Tensor:
         """Indices (into ``real[: len(real)]``) of the newest real transitions, collected since the last
@@ -328,6 +329,7 @@ class ModelBased:
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps,
                          "last_train_env_steps": self.last_train_env_steps, "fit_counts": dict(self.fit_counts),
+                         "budget_start": self.budget_start, "clock_start": self.clock_start,
                          "health": dict(self.health),
                          "last_rollout": None if self.last_rollout is None else dataclasses.asdict(self.last_rollout)},
             "last_fit": dict(self.last_fit),
@@ -348,6 +350,9 @@ class ModelBased:
         self.model_buffer.load_state_dict(state["model_buffer"])
         self.generator.set_state(state["generator"])
         self.batch_generator.set_state(state["batch_generator"])
+        # A run checkpointed before trainings started at learning_starts counted its budgets and its epochs
+        # from env step 0: it goes on counting that way.
+        self.budget_start = self.clock_start = 0
         for key, value in state["counters"].items():
             setattr(self, key, value)
         if isinstance(self.last_rollout, dict):

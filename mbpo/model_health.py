@@ -5,8 +5,9 @@ On them this module measures the elites' mean prediction (:func:`ensemble_step`)
 
 * one-step error per output: the state delta and the reward as a normalised MSE (the MSE divided by the
   target's variance over the whole real buffer, averaged over state dims: 0 is exact, about 1 is no better
-  than predicting the average, a random model is far above 1), and termination as the fraction of rows
-  whose predicted flag (the known rule on the predicted next state, or the learned head) is wrong;
+  than predicting the average, a random model is far above 1; constant targets are left out, a constant
+  reward's error is NaN), and termination as the fraction of rows whose predicted flag (the known rule on
+  the predicted next state, or the learned head) is wrong;
 * open-loop error along real trajectories: from a real state, the model is stepped with the real actions
   for 1 and 5 steps and compared with the real states, normalised like the state delta (so the 1-step
   figure equals the one-step delta error on the same rows, and the 5-step one shows the compounding);
@@ -23,13 +24,17 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["StepFn", "ensemble_step", "one_step_errors", "open_loop_errors", "successors", "OPEN_LOOP_HORIZONS"]
+__all__ = ["StepFn", "ensemble_step", "one_step_errors", "open_loop_errors", "successors", "OPEN_LOOP_HORIZONS",
+           "CONSTANT_VAR"]
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 """``(obs (B, obs_dim), action) -> (next_obs (B, obs_dim), reward (B,), terminated bool (B,))``, deterministic."""
 
 OPEN_LOOP_HORIZONS = (1, 5)
-_EPS = 1e-8
+CONSTANT_VAR = 1e-10
+"""A target whose variance over the real data is at most this is constant (CartPole's reward, a padding or
+fixed-command dimension): an error relative to it means nothing, so such dims are left out of the state
+errors and a constant reward's error is NaN."""
 
 
 def ensemble_step(ensemble: object, termination: Callable[..., torch.Tensor] | None,
@@ -63,14 +68,17 @@ def one_step_errors(
 ) -> dict[str, float]:  # fmt: skip
     """Normalised MSE of the state delta and of the reward, and the termination error rate, on ``N`` rows.
 
-    ``delta_var`` ``(obs_dim,)`` / ``reward_var`` ``()``: the targets' variances the errors are divided by.
-    Rows whose true next state is unknown (``next_obs_valid`` False) count for reward and termination only.
+    ``delta_var`` ``(obs_dim,)`` / ``reward_var`` ``()``: the targets' variances the errors are divided by
+    (constant ones, :data:`CONSTANT_VAR`, are left out). Rows whose true next state is unknown
+    (``next_obs_valid`` False) count for reward and termination only.
     """
     pred_next, pred_reward, pred_term = step(obs, action)
     valid = torch.ones_like(terminated, dtype=torch.bool) if next_obs_valid is None else next_obs_valid
-    sq = (pred_next.float() - next_obs.float()).square() / (delta_var + _EPS)
-    delta = sq[valid].mean() if bool(valid.any()) else torch.tensor(float("nan"))
-    reward_err = (pred_reward.float() - reward.float()).square().mean() / (reward_var + _EPS)
+    sq = _normalised((pred_next.float() - next_obs.float()).square(), delta_var)
+    delta = sq[valid].mean() if bool(valid.any()) and sq.shape[-1] else torch.tensor(float("nan"))
+    reward_err = (pred_reward.float() - reward.float()).square().mean() / reward_var
+    if not float(reward_var) > CONSTANT_VAR:
+        reward_err = torch.tensor(float("nan"))
     term_err = (pred_term.bool() != terminated.bool()).float().mean()
     return {"delta": float(delta), "reward": float(reward_err), "termination": float(term_err)}
 
@@ -110,7 +118,13 @@ def open_loop_errors(
         state, _, _ = step(state, action[rows[k - 1]])
         state = state.float()
         if k in horizons:
-            err = (state - next_obs[rows[k - 1]].float()).square() / (delta_var + _EPS)
+            err = _normalised((state - next_obs[rows[k - 1]].float()).square(), delta_var)
             err = torch.where(torch.isfinite(err), err, torch.inf)
-            out[k] = float(err.mean())
+            out[k] = float(err.mean()) if err.shape[-1] else float("nan")
     return out
+
+
+def _normalised(squared: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """``squared (N, D) / var (D,)`` over the dims whose variance is not constant (``(N, D')``)."""
+    keep = var > CONSTANT_VAR
+    return squared[:, keep] / var[keep]

@@ -252,9 +252,10 @@ class RuntimeConfig:
     """Realised utd_ratio, model trainings and rollouts per real transition stay within this fraction of
     their targets: collectors wait when they run further ahead."""
     max_lead: int = 256
-    """Most env transitions collectors may run ahead of what the learner and the model have caught up with,
-    whatever the run's length (ratio_tolerance alone lets the lead grow with it: 2,500 transitions, 50,000
-    updates of policy age, at 30k Hopper steps); at least one collection batch is always allowed; 0 = no cap."""
+    """Most env transitions collectors may take beyond the updates the learner has caught up with, whatever the
+    run's length (ratio_tolerance alone lets the lead grow with it: 2,500 transitions, 50,000 updates of policy
+    age, at 30k Hopper steps); the model may lag by this plus the one training allowed in flight. At least one
+    collection batch is always allowed; 0 = no cap."""
     collector_timeout_s: float = 60.0
     """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
     waiting on the queue or the ratio gate) is hung: a process is terminated and replaced (counted as a

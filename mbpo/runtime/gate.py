@@ -17,7 +17,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from mbpo.model_based import trainings_earned
+from mbpo.model_based import budget_start, trainings_earned
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["RatioGate"]
@@ -46,6 +46,8 @@ class RatioGate:
         self.tolerance = tolerance
         self.min_lead = min_lead
         self.max_lead = max_lead
+        self.model_start = 0 if train_freq is None else budget_start(train_freq, learning_starts)
+        """Where model trainings count from (a resumed run takes its model's, ``ModelBased.budget_start``)."""
         """Absolute cap on the lead (runtime.max_lead); 0 = only the relative ``tolerance`` bound."""
         self.reserved = 0
         """Transitions handed to collectors (env steps taken or about to be)."""
@@ -81,7 +83,7 @@ class RatioGate:
     def trainings_earned(self, ingested: int | None = None) -> int:
         if self.train_freq is None:
             return 0
-        return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.learning_starts)
+        return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.model_start)
 
     def trainings_due(self) -> int:
         with self._cond:

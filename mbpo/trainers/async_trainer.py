@@ -206,6 +206,8 @@ class AsyncTrainer(Trainer):
         g.reserved = g.ingested = self.env_steps  # a resumed run goes on from its checkpoint's counters
         g.updates = self.updates_issued
         g.trainings = 0 if self.model is None else self.model.trainings
+        if self.model is not None:
+            g.model_start = self.model.budget_start  # from the checkpoint's model, which may predate today's rule
         self._publish()
         self._throughput = self._start_clock()
         self._periodic_steps = self.env_steps  # env steps the eval/log/checkpoint cadence has been checked up to

@@ -23,7 +23,15 @@ import envs
 from mbpo.agents import make_agent
 from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.checkpoint import FORMAT, load_latest, save_checkpoint
-from mbpo.config import Config, ConfigError, config_from_yaml, rollouts_per_transition, to_yaml, updates_per_transition
+from mbpo.config import (
+    Config,
+    ConfigError,
+    config_from_yaml,
+    describe,
+    rollouts_per_transition,
+    to_yaml,
+    updates_per_transition,
+)
 from mbpo.devices import DevicePlan
 from mbpo.env_builder import build_env
 from mbpo.errors import MbpoError
@@ -204,7 +212,9 @@ class Trainer:
         print(f"[mbpo] model rules: {model.rules.describe()}", file=sys.stderr)
         if model.termination is None and model.reward is None:
             return
-        for line in model.check_rules(probe_transitions(self.eval_env, self.seed("rules_probe"))):
+        # on the model's device, where the rollouts call them (the env may live elsewhere: env.device=cpu)
+        probe = probe_transitions(self.eval_env, self.seed("rules_probe")).to(model.device)
+        for line in model.check_rules(probe):
             print(f"[mbpo] warning: {line}", file=sys.stderr)
 
     def due(self, before: int, after: int, done: bool = False) -> Due:
@@ -404,7 +414,28 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
         raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
                              f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
                              f"total_env_steps=<more than {steps}>")
+    newer = keys_newer_than(state["config"])
+    if newer:
+        print(f"[mbpo] note: {run_dir}'s config predates {', '.join(newer)}; "
+              "the resumed run takes today's defaults for them (python -m mbpo --help-config says what each does)",
+              file=sys.stderr)
     return ResumePoint(run_dir, path, state, config, overrides)
+
+
+def keys_newer_than(stored_yaml: str) -> list[str]:
+    """The config keys of today's schema that a stored config (a checkpoint's YAML) does not mention."""
+    import yaml
+
+    present: set[str] = set()
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                present.add(prefix + str(key))
+                walk(value, f"{prefix}{key}.")
+
+    walk(yaml.safe_load(stored_yaml) or {}, "")
+    return [key for key, _, _ in describe() if key not in present]
 
 
 def _resolve_precisions(config: Config, device: torch.device) -> None:

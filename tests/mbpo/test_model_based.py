@@ -270,3 +270,29 @@ def test_drawing_policy_batches_ahead_gives_the_same_batches_as_one_at_a_time() 
             assert a.shape == (32,)
             for key in keys:
                 assert torch.equal(a[key], b[key]), (with_model, key)
+
+
+def test_trainings_and_the_schedule_count_from_learning_starts_and_old_checkpoints_keep_their_own_count() -> None:
+    """As the paper's code: the first model at learning_starts, epochs from there. A run checkpointed before
+    that rule counted both from 0, and a resume must not make it wait for trainings it already had.
+    """
+    cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[8]", "model.weight_decay=[0,0]",
+                             "model.train_freq=250", "model.epoch_length=1000",
+                             "model.rollout_schedule=[20,150,1,15]"]).model
+    env = envs.make("Pendulum-v1", 1, seed=0)
+
+    def make() -> ModelBased:
+        return ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0,
+                          learning_starts=5000)
+
+    mb = make()
+    assert (mb.budget_start, mb.clock_start, mb.epoch(30_000)) == (4750, 5000, 25.0)
+    old = mb.state_dict()
+    for key in ("budget_start", "clock_start"):
+        del old["counters"][key]  # what a checkpoint written before the rule holds
+    resumed = make()
+    resumed.load_state_dict(old)
+    assert (resumed.budget_start, resumed.clock_start, resumed.epoch(30_000)) == (0, 0, 30.0)
+    again = make()
+    again.load_state_dict(mb.state_dict())
+    assert (again.budget_start, again.clock_start) == (4750, 5000)

@@ -59,10 +59,13 @@ def variances(d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 def test_the_true_dynamics_score_zero_and_a_random_model_scores_far_above_one() -> None:
     d = cartpole_trajectories(60)
     delta_var, _ = variances(d)
-    reward_var = torch.tensor(1.0)  # CartPole's reward is always 1 (variance 0)
+    reward_var = torch.tensor(1.0)  # as if it varied: CartPole's reward is always 1
     args = (d["obs"], d["action"], d["reward"], d["next_obs"], d["terminated"], delta_var, reward_var)
     exact = one_step_errors(true_step, *args)
     assert exact == {"delta": 0.0, "reward": 0.0, "termination": 0.0}
+    # Its true variance is 0: no error relative to it means anything.
+    constant = one_step_errors(true_step, *args[:-1], d["reward"].var())
+    assert math.isnan(constant["reward"]) and constant["delta"] == 0.0
     assert d["terminated"].any(), "the data must hold terminations for the termination error to mean anything"
     wrong = one_step_errors(random_step, *args)
     assert wrong["delta"] > 10 and wrong["reward"] > 0.5 and wrong["termination"] > 0.2
@@ -91,6 +94,24 @@ def test_open_loop_one_step_equals_the_one_step_delta_error_on_whole_windows() -
     loop = open_loop_errors(noisy, d["obs"], d["action"], d["next_obs"], d["terminated"], delta_var)
     assert loop[1] == pytest.approx(one["delta"], rel=1e-6)
     assert loop[5] > loop[1]
+
+
+def test_a_constant_state_dimension_is_left_out_of_the_state_errors() -> None:
+    """A padding or fixed-command dim has variance 0: dividing by it would make any error astronomical."""
+    d = cartpole_trajectories(40)
+    pad = lambda t: torch.cat((t, torch.full((t.shape[0], 1), 3.0)), -1)  # noqa: E731 - a constant 5th dim
+    obs, next_obs = pad(d["obs"]), pad(d["next_obs"])
+    delta_var = (next_obs - obs).var(0)
+    assert delta_var[-1] == 0
+
+    def off_on_the_pad(o: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        nxt, r, t = true_step(o[:, :4], a)
+        return torch.cat((nxt, torch.full((o.shape[0], 1), 3.5)), -1), r, t
+
+    errors = one_step_errors(off_on_the_pad, obs, d["action"], d["reward"], next_obs, d["terminated"], delta_var,
+                             torch.tensor(1.0))
+    loop = open_loop_errors(off_on_the_pad, obs, d["action"], next_obs, d["terminated"], delta_var)
+    assert errors["delta"] == 0.0 and loop == {1: 0.0, 5: 0.0}
 
 
 def test_trajectories_are_found_whatever_the_interleaving() -> None:
@@ -185,7 +206,8 @@ def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
             rows_seen.append(mb.health.get("model_health_rows"))
     assert rows_seen == [None, 100]  # trainings at 100 and 200; the second measures rows 100-199
     row = mb.metrics(250)
-    for key in ("model_err_delta", "model_err_reward", "model_err_termination", "model_open_loop_err_1",
+    assert math.isnan(row["model_err_reward"])  # CartPole's reward is always 1: no relative error
+    for key in ("model_err_delta", "model_err_termination", "model_open_loop_err_1",
                 "model_open_loop_err_5", "real_termination_rate", "rollout_mean_length", "rollout_terminated_frac",
                 "rollout_nonfinite_frac", "rollout_termination_rate"):
         assert row[key] is not None and math.isfinite(row[key]), key

@@ -137,9 +137,11 @@ def test_each_resume_is_logged_and_config_yaml_keeps_the_start(tmp_path: Path) -
     assert state["identity"]["config_hash"] == config_hash(state["config"]) == on_disk
 
 
-def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path) -> None:
+def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """The schema grows (agent.obs_norm and agent.compile were added after runs existed): a checkpoint whose
-    stored config lacks them keeps its identity, so resume continues it instead of calling it foreign.
+    stored config lacks them keeps its identity, so resume continues it instead of calling it foreign, and
+    says which keys take today's defaults.
     """
     import torch
 
@@ -156,8 +158,11 @@ def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path)
     identity = RunIdentity.read(run)
     assert identity is not None
     RunIdentity(identity.run_id, config_hash(older)).write(run, load_config(None, [f"run_dir={run}"]))
+    capsys.readouterr()
     assert cli.main(["resume", str(run), "total_env_steps=300"]) == 0
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")][-1] == "300"
+    assert "config predates agent.obs_norm, agent.compile; the resumed run takes today's defaults" in \
+        capsys.readouterr().err
 
 
 def test_a_checkpoint_whose_config_was_edited_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -363,3 +363,33 @@ def test_a_bf16_learner_trains_with_collectors_on_a_cpu_without_native_bf16(
     monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (False, "the collectors' CPU"))
     row = trainer.run()  # the thread backend builds its collectors' policies here
     assert row["env_steps"] == 128 and row["collector_restarts"] == 0
+
+
+def test_runtime_max_lead_caps_how_far_collectors_run_ahead_of_the_learner(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """Every batch a collector is granted leaves the learner at most max_lead transitions of updates behind,
+    and the cap is what binds once 10% of the run exceeds it (without it the lead grows with the run).
+    """
+    from mbpo.runtime.gate import RatioGate
+
+    cfg = tiny_config("agent.learning_starts=64", "total_env_steps=1024", "runtime.collection_batch_size=16",
+                      "runtime.max_lead=48", "agent.utd_ratio=0.5")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    gate: RatioGate = trainer.gate
+    leads: list[int] = []
+    behind: list[int] = []  # per grant: updates owed for transitions beyond the lead (must be none)
+    reserve = gate.reserve
+
+    def spy(*args: object, **kw: object) -> tuple[int, int] | None:
+        granted = reserve(*args, **kw)  # type: ignore[arg-type]
+        if granted is not None and granted[1]:
+            with gate._cond:
+                lead = gate.lead()
+                leads.append(lead)
+                behind.append(gate.updates_earned(gate.reserved - gate.discarded - lead) - gate.updates)
+        return granted
+
+    gate.reserve = spy  # type: ignore[method-assign]  # a spy in place of the bound method
+    trainer.run()
+    assert max(behind) <= 0  # at every grant the learner had caught up with all but the last `lead` transitions
+    assert gate.max_lead == 48 and max(leads) == 48 and min(leads) >= 16  # one batch of 16 at least

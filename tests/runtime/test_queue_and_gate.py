@@ -85,11 +85,14 @@ def test_the_lead_stops_growing_at_max_lead_but_never_drops_below_one_batch() ->
 
 def test_model_trainings_start_at_learning_starts() -> None:
     """The paper's code fits its first model right after the random steps, then every train_freq."""
-    from mbpo.model_based import trainings_earned
+    from mbpo.model_based import budget_start, trainings_earned
 
-    assert [trainings_earned(s, 250, 5000) for s in (249, 4999, 5000, 5249, 5250, 30_000)] == [0, 0, 1, 1, 2, 101]
-    assert [trainings_earned(s, 250, 0) for s in (249, 250, 500)] == [0, 1, 2]  # from the first multiple
-    assert [trainings_earned(s, 50, 120) for s in (149, 150, 200)] == [0, 1, 2]  # 150: first multiple >= 120
+    def earned(steps: int, train_freq: int, learning_starts: int) -> int:
+        return trainings_earned(steps, train_freq, budget_start(train_freq, learning_starts))
+
+    assert [earned(s, 250, 5000) for s in (249, 4999, 5000, 5249, 5250, 30_000)] == [0, 0, 1, 1, 2, 101]
+    assert [earned(s, 250, 0) for s in (249, 250, 500)] == [0, 1, 2]  # from the first multiple
+    assert [earned(s, 50, 120) for s in (149, 150, 200)] == [0, 1, 2]  # 150: first multiple >= 120
     gate = _gate(utd_ratio=0.0, train_freq=250, learning_starts=5000, total_env_steps=6000)
     gate.ingested = 4999
     assert gate.trainings_due() == 0
