@@ -20,7 +20,7 @@ learner bookkeeping:
   weight is ``tau * finite``. Counters and metrics accumulate on the device; the
   host reads them only when asked (``num_updates``, metric values, ``pop_metrics``).
 * **Compiled losses** (``compile=True``): the loss maths is one pure function
-  of the networks and tensors (:func:`sac_loss_terms`, noise passed in), so
+  of the networks and tensors (:func:`~mbpo.agents.sac_loss.sac_loss_terms`, noise passed in), so
   ``torch.compile`` traces forward and backward whole; CUDA graphs on a GPU,
   where a small update is mostly launch overhead. On a CPU the update is
   GEMM-bound and compiling does not pay (docs/benchmarks.md).
@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +46,7 @@ import torch
 from torch import nn
 
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
+from mbpo.agents.sac_loss import bf16_autocast, compiled_loss_terms, sac_loss_terms
 from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
@@ -181,7 +181,7 @@ class SAC:
         self._losses = sac_loss_terms
         self._cuda_graphs = compile and self.device.type == "cuda"
         if compile:  # CUDA graphs on a GPU (launch overhead is what a small update is made of); fused kernels on CPU
-            self._losses = _compiled_loss_terms(self._cuda_graphs)
+            self._losses = compiled_loss_terms(self._cuda_graphs)
 
         self.generator = torch.Generator(self.device).manual_seed(derive(seed, "update"))
         self.act_generator = torch.Generator("cpu").manual_seed(derive(seed, "act"))
@@ -231,7 +231,7 @@ class SAC:
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return _bf16_autocast(self._bf16_on)
+        return bf16_autocast(self._bf16_on)
 
     # --- acting ---------------------------------------------------------------------------------
     @property
@@ -445,47 +445,3 @@ class SAC:
         self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
         self._metric_acc.copy_(state["metric_acc"])
 
-
-def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: BatchedMLP, log_alpha: torch.Tensor,
-                   target_entropy: float, bf16_on: str | None, obs: torch.Tensor, action: torch.Tensor,
-                   reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
-                   discount: torch.Tensor | float, eps: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Critic, actor and alpha losses (each with its own gradient path), mean Q and entropy estimate.
-
-    Pure tensor maths of its arguments (noise passed in), so ``torch.compile`` traces it whole
-    (agent.compile), and, the networks being arguments rather than one agent's attributes, one
-    compiled graph serves every agent of the same shapes. ``bf16_on``: the device type to autocast
-    to bf16 on, or None for fp32.
-    """
-    alpha = log_alpha.detach().exp()
-    with _bf16_autocast(bf16_on):
-        # TD target: r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))
-        critic_obs = actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
-        with torch.no_grad():
-            next_action, next_log_prob = actor.sample(next_obs, eps[1])
-            next_q = target_critic(torch.cat((actor.obs_norm(next_obs), next_action), -1))
-            next_v = next_q.float().squeeze(-1).min(0).values - alpha * next_log_prob
-            target = reward + discount * (1.0 - terminated.float()) * next_v
-        q = critic(torch.cat((critic_obs, action), -1)).float().squeeze(-1)  # [2, B]
-        # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
-        loss_critic = (q - target).square().sum(0).mean()
-        new_action, log_prob = actor.sample(obs, eps[0])
-        q_new = critic(torch.cat((critic_obs, new_action), -1), detach_params=True).float().squeeze(-1)
-        loss_actor = (alpha * log_prob - q_new.min(0).values).mean()
-        loss_alpha = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
-    return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
-
-
-def _bf16_autocast(device_type: str | None) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast on ``device_type``, or nothing (fp32) for None."""
-    return torch.autocast(device_type, dtype=torch.bfloat16) if device_type else contextlib.nullcontext()
-
-
-@functools.cache
-def _compiled_loss_terms(cuda_graphs: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """:func:`sac_loss_terms` compiled once per mode and shared by every agent in the process."""
-    # One graph per shape set (sizes, batch size, precision): a process that builds agents of many shapes (a
-    # benchmark, a test suite) needs more than dynamo's default 8, and with fullgraph=True the limit is an error.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    return torch.compile(sac_loss_terms, mode="reduce-overhead" if cuda_graphs else None, dynamic=False,
-                         fullgraph=True)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mbpo.agents import make_agent
-from mbpo.agents.sac import SAC, sac_loss_terms
+from mbpo.agents.sac import SAC
+from mbpo.agents.sac_loss import sac_loss_terms
 from mbpo.config import AgentConfig, ConfigError, load_config
 from tests.agents.test_sac import HIGH, LOW, OBS_DIM, make_batch
 
