@@ -8,7 +8,8 @@ from pathlib import Path
 
 from mbpo.config import Config
 from mbpo.trainers.async_trainer import AsyncTrainer
-from mbpo.trainers.base import RunAlreadyDone, Trainer, load_for_resume
+from mbpo.trainers.base import Trainer
+from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
 from mbpo.trainers.sync_trainer import SyncTrainer
 
 __all__ = [

@@ -1,0 +1,77 @@
+"""Resuming a run: choose its newest loadable checkpoint, check it belongs to the run dir, and decide
+the config it resumes with (only run length and cadence may change).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from mbpo.checkpoint import load_latest
+from mbpo.config import Config, ConfigError, config_from_yaml, describe
+from mbpo.errors import MbpoError
+from mbpo.run_dir import RESUMABLE_OVERRIDES, check_belongs
+
+__all__ = ["RunAlreadyDone", "ResumePoint", "load_for_resume", "keys_newer_than"]
+
+
+class RunAlreadyDone(MbpoError):
+    """Resume of a run that has already reached its ``total_env_steps``: nothing to do, nothing written."""
+
+
+class ResumePoint:
+    """A checkpoint chosen to resume from, checked against its run dir, with the config it resumes with."""
+
+    def __init__(self, run_dir: Path, path: Path, state: dict[str, Any], config: Config, overrides: list[str]):
+        self.run_dir, self.path, self.state, self.config, self.overrides = run_dir, path, state, config, overrides
+
+
+def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> ResumePoint:
+    """Load the newest checkpoint of ``run_dir`` once and check it: it must be this run's (identity, env
+    steps against its name), the overrides may only change run length and cadence, and there must be
+    steps left to take (a shorter ``total_env_steps`` than already reached is refused).
+    """
+    run_dir, overrides = Path(run_dir), list(overrides or [])
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
+            raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
+                              f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
+    if not run_dir.is_dir():
+        raise MbpoError(f"run dir {str(run_dir)!r} does not exist; expected a directory written by "
+                        "`python -m mbpo train`")
+    path, state = load_latest(run_dir / "checkpoints", trust=trust)
+    check_belongs(run_dir, path, state)
+    config = config_from_yaml(state["config"], overrides)
+    config.run_dir = str(run_dir)
+    steps = int(state["trainer"]["env_steps"])
+    if config.total_env_steps < steps:
+        raise ConfigError(f"total_env_steps={config.total_env_steps} is below the {steps} env steps {run_dir} has "
+                          f"already taken; expected total_env_steps > {steps} to train longer")
+    if steps >= config.total_env_steps:
+        raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
+                             f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
+                             f"total_env_steps=<more than {steps}>")
+    newer = keys_newer_than(state["config"])
+    if newer:
+        print(f"[mbpo] note: {run_dir}'s config predates {', '.join(newer)}; "
+              "the resumed run takes today's defaults for them (python -m mbpo --help-config says what each does)",
+              file=sys.stderr)
+    return ResumePoint(run_dir, path, state, config, overrides)
+
+
+def keys_newer_than(stored_yaml: str) -> list[str]:
+    """The config keys of today's schema that a stored config (a checkpoint's YAML) does not mention."""
+    import yaml
+
+    present: set[str] = set()
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                present.add(prefix + str(key))
+                walk(value, f"{prefix}{key}.")
+
+    walk(yaml.safe_load(stored_yaml) or {}, "")
+    return [key for key, _, _ in describe() if key not in present]
