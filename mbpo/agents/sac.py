@@ -363,8 +363,11 @@ class SAC:
             # TensorDictParams, which this plain-module design does not have; lerp_ on the
             # parameter lists is the same update (target += tau * (online - target)) in one
             # kernel per list, and its tensor weight tau * finite makes a skipped update a no-op.
+            # no_grad: the online critic requires grad, and a recorded lerp would chain one autograd node per
+            # parameter per update onto the target (memory that grows for the whole run).
             weight = finite.float().mul(c.tau)
-            torch._foreach_lerp_(self._target_params, self._critic_params, [weight] * len(self._target_params))
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_params, self._critic_params, [weight] * len(self._target_params))
             self._weights_version += 1
         applied = torch.stack((finite, ~finite)).to(torch.int64)
         self._counts.add_(applied)

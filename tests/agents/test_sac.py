@@ -273,6 +273,17 @@ def test_target_critic_is_polyak_averaged_with_tau() -> None:
         assert not torch.equal(new, old)
 
 
+def test_the_polyak_step_leaves_the_target_critic_outside_autograd() -> None:
+    """The lerp from the online critic (which requires grad) must not be recorded: a recorded one chains one
+    LerpBackward per parameter per update onto the target, memory that grows for the whole run.
+    """
+    sac = make_sac()
+    for seed in range(3):
+        sac.update(make_batch(seed=seed))
+    for p in sac.target_critic.parameters():
+        assert p.is_leaf and not p.requires_grad and p.grad_fn is None
+
+
 def _all_tensors(obj: object) -> list[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         return [obj]
