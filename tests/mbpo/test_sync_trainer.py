@@ -123,6 +123,21 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
     assert untimed(read_metrics(tmp_path / "full/metrics.csv")) == untimed(read_metrics(tmp_path / "half/metrics.csv"))
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_training_leaves_every_weight_outside_autograd(tmp_path: Path, variant: str) -> None:
+    """An in-place weight update that autograd records (e.g. a target-net step from weights that require grad)
+    chains one graph node per update onto the weight: memory that grows for the whole run.
+    """
+    trainer = SyncTrainer(tiny(tmp_path, *VARIANTS[variant]), tmp_path)
+    trainer.run()
+    modules = dict(trainer.agent.networks)
+    if trainer.model is not None:
+        modules["dynamics ensemble"] = trainer.model.ensemble
+    recorded = [f"{name}: {key}" for name, module in modules.items()
+                for key, t in (*module.named_parameters(), *module.named_buffers()) if t.grad_fn is not None]
+    assert trainer.agent.num_updates > 0 and recorded == []
+
+
 def test_rng_streams_get_independent_seeds(tmp_path: Path) -> None:
     from mbpo.seeding import derive
 
