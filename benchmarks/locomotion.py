@@ -99,7 +99,8 @@ def run_ours(env: str, learner: str, seed: int, run_dir: Path) -> None:
             trainer = None
     else:
         overrides = [f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={STEPS}", f"eval_every={EVAL_EVERY}",
-                     f"eval_episodes={EVAL_EPISODES}", "progress=false", *OVERRIDES[learner]]
+                     f"eval_episodes={EVAL_EPISODES}", f"checkpoint.every={EVAL_EVERY}", "progress=false",
+                     *OVERRIDES[learner]]  # a checkpoint per evaluation: a cut-off run loses at most 2,500 steps
         trainer = make_trainer(load_config(ROOT / "configs" / f"{env}_mbpo.yaml", overrides), run_dir)
     if trainer is not None:
         trainer.run()
