@@ -138,13 +138,16 @@ class ModelBased:
         return max(1, int(self.rollouts_per_real * c.epoch_length * length * c.retain_epochs))
 
     # -- the two calls the trainer makes -------------------------------------------
-    def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: RolloutPolicy) -> bool:
-        """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``."""
+    def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: RolloutPolicy,
+                      should_stop: Callable[[], bool] | None = None) -> bool:
+        """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``; ``should_stop()``
+        (checked every gradient step) ends the fit early, keeping each member's best epoch so far.
+        """
         due = trainings_earned(after, self.config.train_freq, self.budget_start)
         if due <= trainings_earned(before, self.config.train_freq, self.budget_start) or len(real) < 2:
             return False
         data = real[: len(real)]
-        self.train(data, after, fresh=self.fresh_rows(real, after))
+        self.train(data, after, should_stop=should_stop, fresh=self.fresh_rows(real, after))
         self.rollout(data, after, policy)
         return True
 

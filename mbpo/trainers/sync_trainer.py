@@ -8,12 +8,16 @@ when ``model.train_freq`` is crossed (mbpo.model_based), then run
 ``num_envs * utd_ratio`` gradient updates on batches mixed by ``real_ratio``. Evaluation, logging and
 checkpoints happen when env steps cross their intervals. Deterministic on CPU:
 the same seed gives identical metrics and parameters, and resuming from a
-checkpoint continues bit-exactly.
+checkpoint continues bit-exactly. Ctrl-C (SIGINT) and SIGTERM stop the run after
+the vector step in progress (a model fit stops at its next gradient step), log
+and checkpoint it there, and set ``exit_code`` to 130 / 143, as the AsyncTrainer does.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -26,6 +30,7 @@ from mbpo.buffers import real_transitions
 from mbpo.config import Config
 from mbpo.metrics import MetricsLogger
 from mbpo.nstep import n_step_builder
+from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.base import Trainer
 
 __all__ = ["SyncTrainer"]
@@ -40,38 +45,46 @@ class SyncTrainer(Trainer):
         self._n_step = n_step_builder(config.agent)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None
+        self.exit_code = 0
+        """128 + the signal that stopped the run (130 Ctrl-C, 143 SIGTERM); 0 when it ran to the end."""
 
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()
 
     # -- the loop ----------------------------------------------------------------
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
-        """Train until ``total_env_steps``; write the final checkpoint; return the last metrics row."""
+        """Train until ``total_env_steps`` or a stop signal; write the final checkpoint; return the last row."""
         cfg = self.config
         self._open_run_dir()
         own_logger = logger is None
+        stop = threading.Event()
         try:
             logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
                                              resume_at=self.env_steps or None)  # a resumed run keeps its rows
-            return self._run(logger)
+            with StopOnSignals(stop) as signals:
+                row = self._run(logger, stop)
+            if signals.signum is not None:
+                self.exit_code = 128 + signals.signum
+            return row
         finally:
             if own_logger and logger is not None:
                 logger.close()
             self._close_run_dir()
 
-    def _run(self, logger: MetricsLogger) -> dict[str, Any]:
+    def _run(self, logger: MetricsLogger, stop: threading.Event) -> dict[str, Any]:
         cfg = self.config
         if self._obs is None:
             self._obs = self.env.reset()
         n = self.env.num_envs
         throughput = self._start_clock()
         row: dict[str, Any] = {}
-        while self.env_steps < cfg.total_env_steps:
+        saved_at = -1
+        while self.env_steps < cfg.total_env_steps and not stop.is_set():
             before = self.env_steps
             self._collect_step()
             tick = time.perf_counter()
             if self.model is not None:
-                self.model.after_collect(before, self.env_steps, self.buffer, self.agent)
+                self.model.after_collect(before, self.env_steps, self.buffer, self.agent, should_stop=stop.is_set)
             tock = time.perf_counter()
             if self.env_steps >= cfg.agent.learning_starts:
                 self.learning_env_steps += n
@@ -93,11 +106,20 @@ class SyncTrainer(Trainer):
             if due.checkpoint:
                 self.wall_s = throughput.wall_s()
                 self.save()
+                saved_at = self.env_steps
             rates = throughput.live(self.env_steps, self.agent.num_updates)
             logger.progress(self.env_steps, {
                 "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
                 "upd/s": rates["updates_per_s"],
             })
+        if stop.is_set() and saved_at != self.env_steps:  # stopped between the cadence's rows: nothing is lost
+            if row.get("env_steps") != self.env_steps:
+                timing = throughput.row(self.env_steps, self.agent.num_updates)
+                self.wall_s = timing["wall_s"]
+                row = self._row(timing, False)
+                logger.log(row)
+            self.wall_s = throughput.wall_s()
+            print(f"[mbpo] stopped at {self.env_steps:,} env steps; final checkpoint: {self.save()}", file=sys.stderr)
         return row
 
     def _collect_step(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,49 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
     if variant == "mbpo":
         assert any(k.startswith(".model.ensemble") for k in a) and any(k.startswith(".model.model_buffer") for k in a)
     assert untimed(read_metrics(tmp_path / "full/metrics.csv")) == untimed(read_metrics(tmp_path / "half/metrics.csv"))
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("variant, signum, code", [("sac", signal.SIGINT, 130), ("sac", signal.SIGTERM, 143),
+                                                   ("mbpo", signal.SIGTERM, 143)],
+                         ids=["sac-SIGINT", "sac-SIGTERM", "mbpo-SIGTERM"])
+def test_a_signal_stops_the_run_with_a_final_checkpoint_and_a_resume_ends_where_an_unbroken_run_does(
+    tmp_path: Path, variant: str, signum: int, code: int
+) -> None:
+    """Ctrl-C or SIGTERM between two checkpoints: the run stops after the vector step in progress, logs and
+    checkpoints there (nothing trained is lost), exits 128 + signum, and a resume goes on bit-exactly.
+    """
+    common = VARIANTS[variant]
+    full = SyncTrainer(tiny(tmp_path / "full", *common), tmp_path / "full")
+    full.run()
+    cut = SyncTrainer(tiny(tmp_path / "cut", *common), tmp_path / "cut")
+    step = cut.env.step
+
+    def signalling_step(actions: torch.Tensor) -> envs.base.StepResult:
+        if cut.env_steps == 250:
+            os.kill(os.getpid(), signum)  # the main thread's handler runs before the step goes on
+        return step(actions)
+
+    def unhandled(signum: int, frame: object) -> None:  # instead of the default, which would end pytest itself
+        raise AssertionError(f"{signal.Signals(signum).name} reached the handler outside the run")
+
+    cut.env.step = signalling_step  # type: ignore[method-assign]  # a fault injected into this env only
+    previous = signal.signal(signum, unhandled)
+    try:
+        cut.run()
+        assert signal.getsignal(signum) is unhandled  # the run's handler is gone again
+    finally:
+        signal.signal(signum, previous)
+    assert cut.exit_code == code and cut.env_steps == 252
+    assert sorted(p.name for p in (tmp_path / "cut/checkpoints").iterdir())[-1] == "ckpt_000000000252.pt"
+    rows = read_metrics(tmp_path / "cut/metrics.csv")
+    assert [r["env_steps"] for r in rows] == ["100", "200", "252"]
+    resumed = SyncTrainer.resume(tmp_path / "cut", [])
+    assert resumed.env_steps == 252
+    resumed.run()
+    assert resumed.exit_code == 0 and resumed.env_steps == 400
+    a, b = tensors(full.state_dict()), tensors(resumed.state_dict())
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
