@@ -1,70 +1,170 @@
-"""MBPO against SAC at the same update ratio on MuJoCo InvertedPendulum-v5, for a wall-clock budget.
+"""MBPO against SAC at the same update ratio on MuJoCo InvertedPendulum-v5, over seeds.
 
-Both run at once (one process and one core each) from ``configs/inverted_pendulum_mbpo.yaml``
-(10 updates per real transition; ``model.enabled=false`` for SAC) with the sync trainer, for
-``--minutes`` or ``--steps`` env steps, whichever ends first; each is evaluated every 250 env steps
-on 10 deterministic episodes (max return 1,000). Prints one JSON line with both curves and the
-first env step at which each reached 1,000. No target: the MBPO issue asks for the curves.
+Every run trains ``configs/inverted_pendulum_mbpo.yaml`` (the MBPO paper's InvertedPendulum constants:
+10 updates per real transition, epochs of 250 steps, target entropy -0.05, 500 random steps;
+``model.enabled=false`` for SAC) with the sync trainer, in its own process on one core, evaluated every
+250 env steps on 10 deterministic episodes (maximum return 1,000). A run ends at ``--steps`` env steps, or
+once its last ``--hold`` evaluations are all 1,000: the task is solved and the return cannot rise, so the
+rest of the budget would buy nothing (``run.json`` says which ended it).
 
-    python benchmarks/inverted_pendulum.py [--minutes 55] [--steps 20000] [--seed 0] [--keep DIR]
+Runs take up to an hour each on a 2-core CPU, so each (learner, seed) has its own run dir under
+``--run-root`` (outside the checkout): a finished run is read, not rerun; one an earlier invocation's end
+cut off resumes from its newest checkpoint. ``--jobs`` runs that many at once (one core each).
+``--results DIR`` copies each finished run's config.yaml, metrics.csv and run.json there
+(docs/results/inverted_pendulum in the repository); ``--report-only --run-root DIR`` rebuilds the JSON
+line from such a copy. Prints one JSON line: per learner and seed the first env step with an evaluation
+of 1,000, and the median over seeds. No target: the MBPO issue asks for the comparison.
+
+    python benchmarks/inverted_pendulum.py [--seeds 0 1 2] [--steps 15000] [--hold 8] [--jobs 2]
+                                           [--run-root ~/mbpo-runs/inverted_pendulum]
+                                           [--results docs/results/inverted_pendulum] [--report-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+CONFIG = ROOT / "configs" / "inverted_pendulum_mbpo.yaml"
 VARIANTS = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"]}
+SOLVED = 1000.0  # InvertedPendulum's maximum return: 1 per step, 1,000 steps
+EVAL_EVERY = 250
+KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
+
+
+def evaluations(run_dir: Path) -> list[tuple[int, float, float]]:
+    """(env steps, evaluation return, wall s) of every evaluation in the run's metrics.csv so far."""
+    try:
+        with open(run_dir / "metrics.csv") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("eval_return")]
+    except OSError:
+        return []
+    return [(int(r["env_steps"]), float(r["eval_return"]), float(r["wall_s"])) for r in rows]
+
+
+def solved(evals: list[tuple[int, float, float]], hold: int) -> bool:
+    return len(evals) >= hold and all(ret >= SOLVED for _, ret, _ in evals[-hold:])
+
+
+def _info(run_dir: Path) -> dict[str, Any]:
+    try:
+        info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
+        return info
+    except (OSError, ValueError):
+        return {}
+
+
+class Run:
+    """One (learner, seed) run as a child process: started or resumed, stopped once solved."""
+
+    def __init__(self, root: Path, learner: str, seed: int, steps: int, hold: int, device: str) -> None:
+        self.learner, self.seed, self.hold = learner, seed, hold
+        self.run_dir = root / f"{learner}-s{seed}"
+        self.stopped_solved = False
+        if (self.run_dir / "checkpoints").is_dir() and any((self.run_dir / "checkpoints").glob("ckpt_*.pt")):
+            cmd = [sys.executable, "-m", "mbpo", "resume", str(self.run_dir)]
+        else:
+            cmd = [sys.executable, "-m", "mbpo", "train", "--config", str(CONFIG), f"run_dir={self.run_dir}",
+                   f"seed={seed}", f"device={device}", "trainer=sync", "progress=false", f"total_env_steps={steps}",
+                   "checkpoint.every=1000", *VARIANTS[learner]]
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(root / f"{learner}-s{seed}.log", "a")  # noqa: SIM115 (closed in poll)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        print(f"[inverted_pendulum] {learner} seed {seed}: {' '.join(cmd[2:4])} {self.run_dir}", file=sys.stderr,
+              flush=True)
+
+    def poll(self) -> bool:
+        """True once the process has ended; SIGTERM (a checkpoint, then exit) as soon as the run is solved."""
+        if self.proc.poll() is None:
+            if not self.stopped_solved and solved(evaluations(self.run_dir), self.hold):
+                self.stopped_solved = True
+                self.proc.send_signal(signal.SIGTERM)
+            return False
+        self.log.close()
+        if self.proc.returncode != 0 and not self.stopped_solved:
+            raise SystemExit(f"{self.learner} seed {self.seed} exited with {self.proc.returncode}; see "
+                             f"{self.log.name} (the run resumes on the next invocation)")
+        ended_by = f"solved ({self.hold} evaluations in a row at {SOLVED:,.0f})" if self.stopped_solved else "steps"
+        (self.run_dir / "run.json").write_text(json.dumps({**_info(self.run_dir), "done": True,
+                                                           "ended_by": ended_by}, indent=1) + "\n")
+        return True
+
+
+def run_all(args: argparse.Namespace, root: Path) -> None:
+    todo = [(learner, seed) for seed in args.seeds for learner in VARIANTS
+            if not _info(root / f"{learner}-s{seed}").get("done")]
+    running: list[Run] = []
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            learner, seed = todo.pop(0)
+            running.append(Run(root, learner, seed, args.steps, args.hold, args.device))
+        time.sleep(5)  # the children write an evaluation every few seconds at most; nothing finer to wait on
+        for run in [r for r in running if r.poll()]:
+            running.remove(run)
+            if args.results is not None:
+                dest = args.results / run.run_dir.name
+                dest.mkdir(parents=True, exist_ok=True)
+                for name in KEPT:
+                    if (run.run_dir / name).is_file():
+                        shutil.copy2(run.run_dir / name, dest / name)
+
+
+def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:
+    from locomotion import machine
+
+    result: dict[str, Any] = {"benchmark": "inverted_pendulum", "env": "InvertedPendulum-v5", "seeds": seeds,
+                              "eval_every": EVAL_EVERY, "hold": hold, "machine": machine(), "learners": {}}
+    for learner in VARIANTS:
+        runs = []
+        for seed in seeds:
+            run_dir, evals = root / f"{learner}-s{seed}", evaluations(root / f"{learner}-s{seed}")
+            if not evals:
+                continue
+            first = next(((s, w) for s, ret, w in evals if ret >= SOLVED), None)
+            info = _info(run_dir)
+            runs.append({"seed": seed, "done": bool(info.get("done")), "ended_by": info.get("ended_by"),
+                         "env_steps": evals[-1][0], "first_1000_at": first[0] if first else None,
+                         "first_1000_wall_s": round(first[1]) if first else None,
+                         "curve": [(s, round(ret, 1)) for s, ret, _ in evals]})
+        # a finished run that never reached 1,000 counts as its last env step: a lower bound
+        firsts = [r["first_1000_at"] or r["env_steps"] for r in runs if r["done"]]
+        result["learners"][learner] = {"runs": runs, "seeds_done": len(firsts),
+                                       "median_first_1000_at": statistics.median(firsts) if firsts else None,
+                                       "runs_never_at_1000": sum(r["first_1000_at"] is None for r in runs)}
+    mbpo, sac = (result["learners"][k]["median_first_1000_at"] for k in VARIANTS)
+    if mbpo and sac:
+        result["mbpo_over_sac_env_steps"] = round(mbpo / sac, 3)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=55.0)
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=15000, help="env steps at most per run")
+    parser.add_argument("--hold", type=int, default=8, help="evaluations in a row at 1,000 that end a run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--keep", type=Path, default=None, help="copy each run's config.yaml and metrics.csv here")
+    parser.add_argument("--run-root", type=Path, default=Path.home() / "mbpo-runs" / "inverted_pendulum")
+    parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
+    parser.add_argument("--report-only", action="store_true", help="summarize what the run root holds")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = {}
-        start = time.perf_counter()
-        for name, overrides in VARIANTS.items():
-            cmd = [sys.executable, "-m", "mbpo", "train", "--config", str(ROOT / "configs/inverted_pendulum_mbpo.yaml"),
-                   f"run_dir={tmp}/{name}", f"seed={args.seed}", f"device={args.device}", "trainer=sync",
-                   "progress=false", f"total_env_steps={args.steps}", *overrides]
-            procs[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = start + 60 * args.minutes
-        for p in procs.values():
-            try:
-                p.wait(timeout=max(deadline - time.perf_counter(), 1))
-            except subprocess.TimeoutExpired:
-                p.kill()  # metrics.csv already holds every evaluation so far
-                p.wait()
-        result = {"benchmark": "inverted_pendulum", "env": "InvertedPendulum-v5", "seed": args.seed,
-                  "minutes": args.minutes, "wall_s": round(time.perf_counter() - start, 1)}
-        for name in VARIANTS:
-            import csv
-
-            with open(f"{tmp}/{name}/metrics.csv") as f:
-                rows = [r for r in csv.DictReader(f) if r["eval_return"]]
-            curve = [(int(r["env_steps"]), round(float(r["eval_return"]), 1), round(float(r["wall_s"]))) for r in rows]
-            result[name] = {"env_steps": curve[-1][0] if curve else 0,
-                            "first_1000_at": next((s for s, ret, _ in curve if ret >= 1000), None),
-                            "curve_env_steps_return_wall_s": curve}
-        if args.keep is not None:
-            for name in VARIANTS:
-                dest = args.keep / f"{name}-s{args.seed}"
-                dest.mkdir(parents=True, exist_ok=True)
-                for f in ("config.yaml", "metrics.csv"):
-                    shutil.copy2(f"{tmp}/{name}/{f}", dest / f)
-        print(json.dumps(result))
+    if args.jobs < 1 or args.hold < 1 or args.steps < EVAL_EVERY:
+        parser.error(f"expected --jobs >= 1, --hold >= 1 and --steps >= {EVAL_EVERY}")
+    root = args.run_root.expanduser()
+    if not args.report_only:
+        run_all(args, root)
+    print(json.dumps(report(root, args.seeds, args.hold)))
 
 
 if __name__ == "__main__":
