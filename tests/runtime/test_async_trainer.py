@@ -62,11 +62,13 @@ def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Call
                                                                thread_baseline: int, backend: str) -> None:
     """DQN: zero Q-net and epsilon 0 make every action 0. A batch a collector started after the
     publication must act with them: at most the batch in progress at that moment used the old ones.
+    The run lasts until both collectors have started a batch after the publication (total_env_steps is
+    only a bound): a spawned child can take seconds to start on a loaded machine.
     """
     import time
 
     cfg = tiny_config("env.id=CartPole-v1", "agent.name=dqn", "agent.learning_starts=0", "agent.utd_ratio=0.25",
-                      "runtime.publish_every=1000000", "total_env_steps=1024", f"runtime.backend={backend}")
+                      "runtime.publish_every=1000000", "total_env_steps=200000", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     seen: list[CollectorBatch] = []
     published: list[tuple[int, float]] = []
@@ -84,6 +86,8 @@ def test_zeroed_weights_reach_every_collector_within_one_batch(tiny_config: Call
             snap["epsilon"] = 0.0
             version = trainer.weights.publish(snap)
             published.append((version, time.monotonic()))
+        elif published and {b.collector_id for b in seen if b.started_at > published[0][1]} == {0, 1}:
+            trainer.stop_event.set()  # both have acted after the publication: all the test needs
 
     trainer._ingest = spy  # type: ignore[method-assign]  # a spy in place of the bound method
     trainer.run()
