@@ -181,7 +181,9 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
             break
     os.killpg(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
-    result = json.loads(out.strip().splitlines()[-1])
+    lines = out.strip().splitlines()
+    assert lines, f"no result line; exit code {proc.returncode}; stderr: {err[-3000:]}"
+    result = json.loads(lines[-1])
     assert proc.returncode == code and result["exit_code"] == code, err[-3000:]
     ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
