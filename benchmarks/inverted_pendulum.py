@@ -36,11 +36,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+from locomotion import KEPT, machine  # noqa: E402 (after the path: run as a script from anywhere)
+
+from mbpo.checkpoint import list_checkpoints  # noqa: E402
+
 CONFIG = ROOT / "configs" / "inverted_pendulum_mbpo.yaml"
 VARIANTS = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"]}
 SOLVED = 1000.0  # InvertedPendulum's maximum return: 1 per step, 1,000 steps
 EVAL_EVERY = 250
-KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
 
 
 def evaluations(run_dir: Path) -> list[tuple[int, float, float]]:
@@ -72,7 +76,7 @@ class Run:
         self.learner, self.seed, self.hold = learner, seed, hold
         self.run_dir = root / f"{learner}-s{seed}"
         self.stopped_solved = False
-        if (self.run_dir / "checkpoints").is_dir() and any((self.run_dir / "checkpoints").glob("ckpt_*.pt")):
+        if list_checkpoints(self.run_dir / "checkpoints"):
             cmd = [sys.executable, "-m", "mbpo", "resume", str(self.run_dir)]
         else:
             cmd = [sys.executable, "-m", "mbpo", "train", "--config", str(CONFIG), f"run_dir={self.run_dir}",
@@ -121,8 +125,6 @@ def run_all(args: argparse.Namespace, root: Path) -> None:
 
 
 def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:
-    from locomotion import machine
-
     result: dict[str, Any] = {"benchmark": "inverted_pendulum", "env": "InvertedPendulum-v5", "seeds": seeds,
                               "eval_every": EVAL_EVERY, "hold": hold, "machine": machine(), "learners": {}}
     for learner in VARIANTS:
