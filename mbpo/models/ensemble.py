@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from mbpo.agents.networks import BatchedLinear, BatchedMLP
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import ModelConfig
+from mbpo.models.losses import WeightDecay, mean_per_member
 from mbpo.models.normalizer import Normalizer
 from mbpo.models.training import fit_ensemble, select_elites
 from mbpo.precision import resolve_precision
@@ -234,7 +235,7 @@ class DynamicsEnsemble(nn.Module):
     # --- loss -----------------------------------------------------------------------------------
     def weight_decay_loss(self) -> torch.Tensor:
         """MBPO's per-layer L2: ``sum_i weight_decay[i] * ||W_i||^2 / 2`` over all members' weights."""
-        return _WeightDecay.apply(tuple(self.config.weight_decay), *(layer.weight for layer in self.net.layers))
+        return WeightDecay.apply(tuple(self.config.weight_decay), *(layer.weight for layer in self.net.layers))
 
     def _loss(
         self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
@@ -244,7 +245,7 @@ class DynamicsEnsemble(nn.Module):
         (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest.
         """
         mean, logvar, logit = self._raw(x, self._params())
-        nll = _mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
+        nll = mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
         bounds = self.config.logvar_bound_penalty * (self.max_logvar.sum() - self.min_logvar.sum())
         loss = nll.sum() + bounds + self.weight_decay_loss()
         if logit is not None:
@@ -282,7 +283,7 @@ class DynamicsEnsemble(nn.Module):
         """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion);
         ``weight`` ``(N, D)`` as in :meth:`_loss`.
         """
-        return _mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
+        return mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
 
     def evaluate(
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor
@@ -428,34 +429,3 @@ class DynamicsEnsemble(nn.Module):
         self.version = int(state["version"])
         self.generator.set_state(state["generator"])
         return result
-
-
-class _WeightDecay(torch.autograd.Function):
-    """``sum_i wd_i * ||W_i||^2 / 2`` with a one-pass forward and backward ``wd_i * W_i * g``.
-
-    Same value and gradient as autograd through ``square().sum()``, whose chain of ops makes
-    several passes over every weight per step; on CPU that memory traffic is worth saving.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, decays: tuple[float, ...], *weights: torch.Tensor) -> torch.Tensor:
-        ctx.decays = decays
-        ctx.save_for_backward(*weights)
-        halves = [0.5 * wd * torch.dot(w.reshape(-1), w.reshape(-1)) for wd, w in zip(decays, weights, strict=True)]
-        return torch.stack(halves).sum()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return (None, *(w * (grad * wd) for wd, w in zip(ctx.decays, ctx.saved_tensors, strict=True)))
-
-
-def _mean_per_member(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    """Mean of ``err`` ``[M, B, D]`` per member ``[M]``; with ``weight`` (``[M, B, D]`` or ``[B, D]``,
-    0 or 1), the mean over the weighted entries only, 0 where there is none (a reward that is not learned
-    and rows whose next obs is unknown leave nothing to fit).
-    """
-    if weight is None:
-        return err.mean((1, 2))
-    weight = weight.expand_as(err)
-    return (err * weight).sum((1, 2)) / weight.sum((1, 2)).clamp_min(1.0)
-
