@@ -119,6 +119,9 @@ class ModelBased:
         self.last_fit: dict[str, Any] = {}
         self.last_train_env_steps = 0
         """Env steps at the last training: the rows collected since are new to the ensemble."""
+        self.fit_pending = False
+        """The last fit was cut short by a stop: it is not counted, no rollouts came from its half-fitted
+        ensemble, and the next chance to train (a resume) fits again, on or off a ``train_freq`` boundary."""
         self.fit_counts = {"capped": 0, "members_discarded": 0, "members_below_pre_fit": 0}
         """Summed over the run: trainings stopped by max_grad_steps/max_epochs, members that kept their old
         weights (fit_baseline=pre_fit), members whose kept weights did not beat their pre-fit holdout MSE by 1%."""
@@ -140,15 +143,18 @@ class ModelBased:
     # -- the two calls the trainer makes -------------------------------------------
     def after_collect(self, before: int, after: int, real: ReplayBuffer, policy: RolloutPolicy,
                       should_stop: Callable[[], bool] | None = None) -> bool:
-        """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq``; ``should_stop()``
-        (checked every gradient step) ends the fit early, keeping each member's best epoch so far.
+        """Train the ensemble and roll out if env steps crossed a multiple of ``train_freq`` (or a fit is
+        pending); ``should_stop()`` (checked every gradient step) cuts the fit short, keeping each member's best
+        epoch so far, and then no rollouts are made: the run is stopping, and its resume fits again.
         """
         due = trainings_earned(after, self.config.train_freq, self.budget_start)
-        if due <= trainings_earned(before, self.config.train_freq, self.budget_start) or len(real) < 2:
+        crossed = due > trainings_earned(before, self.config.train_freq, self.budget_start)
+        if not (crossed or self.fit_pending) or len(real) < 2:
             return False
         data = real[: len(real)]
         self.train(data, after, should_stop=should_stop, fresh=self.fresh_rows(real, after))
-        self.rollout(data, after, policy)
+        if not self.fit_pending:
+            self.rollout(data, after, policy)
         return True
 
     def epoch(self, env_steps: int) -> float:
@@ -176,6 +182,9 @@ class ModelBased:
         valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else None
         self.last_fit = self.ensemble.fit(data[OBS], data[ACTION], data[REWARD], data[NEXT_OBS], data[TERMINATED],
                                           should_stop=should_stop, next_obs_valid=valid)
+        self.fit_pending = self.last_fit.get("stopped_by") == "stop"
+        if self.fit_pending:  # counted (and its rollouts made) when it is redone
+            return
         self.trainings += 1
         self.last_train_env_steps = env_steps
         for key in self.fit_counts:
@@ -332,6 +341,7 @@ class ModelBased:
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps,
                          "last_train_env_steps": self.last_train_env_steps, "fit_counts": dict(self.fit_counts),
+                         "fit_pending": self.fit_pending,
                          "budget_start": self.budget_start, "clock_start": self.clock_start,
                          "health": dict(self.health),
                          "last_rollout": None if self.last_rollout is None else dataclasses.asdict(self.last_rollout)},

@@ -74,9 +74,8 @@ class ModelWorker(ThreadWorker):
                     self.gate.add(trainings=1)
                     return
                 self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
-                if self.stop.is_set():  # a cut-short fit keeps its best epochs; a stopping run needs no rollouts
-                    self.model.last_rollout_env_steps = env_steps  # so a resume does not make them up twice
-                    return
+                if self.stop.is_set():  # a stopping run needs no rollouts: the next cycle (a resume) makes them,
+                    return  # after fitting again if this fit was cut short (ModelBased.fit_pending)
                 latest = self.weights.latest()
                 if latest is not None and latest.version != self.policy_version:
                     self.rollout_agent.load_snapshot(latest.snapshot)

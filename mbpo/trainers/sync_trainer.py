@@ -55,6 +55,7 @@ class SyncTrainer(Trainer):
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
         """Train until ``total_env_steps`` or a stop signal; write the final checkpoint; return the last row."""
         cfg = self.config
+        self.exit_code = 0
         self._open_run_dir()
         own_logger = logger is None
         stop = threading.Event()

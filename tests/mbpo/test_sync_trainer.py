@@ -168,6 +168,43 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint_and_a_resume_ends_where_
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
 
 
+@pytest.mark.reliability
+def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(tmp_path: Path) -> None:
+    """SIGTERM during the model fit at 300 env steps: the half-fitted ensemble feeds no rollouts, and the resume
+    fits again before rolling out, so the run ends with the unbroken run's trainings and rollouts.
+    """
+    full = SyncTrainer(tiny(tmp_path / "full", *VARIANTS["mbpo"]), tmp_path / "full")
+    full.run()
+    cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"]), tmp_path / "cut")
+    assert cut.model is not None
+    model, train_step = cut.model, cut.model.ensemble.train_step
+    before: dict[str, int] = {}
+
+    def signalling_train_step(*args: torch.Tensor) -> torch.Tensor:
+        if cut.env_steps == 300 and not before:
+            before.update(trainings=model.trainings, rollouts=model.rollouts_started)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before this gradient step runs; the fit stops after it
+        return train_step(*args)
+
+    model.ensemble.train_step = signalling_train_step  # type: ignore[method-assign]  # a fault in this fit only
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        cut.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cut.exit_code == 143 and cut.env_steps == 300 and model.last_fit["stopped_by"] == "stop"
+    assert (model.trainings, model.rollouts_started) == (before["trainings"], before["rollouts"])
+    resumed = SyncTrainer.resume(tmp_path / "cut", [])
+    assert resumed.model is not None
+    fits: list[int] = []
+    fit = resumed.model.ensemble.fit
+    resumed.model.ensemble.fit = lambda *a, **k: fits.append(resumed.env_steps) or fit(*a, **k)  # type: ignore[method-assign]
+    resumed.run()
+    assert fits == [302, 400]  # the cut fit again at the first step, then the 400 one
+    assert resumed.model.trainings == full.model.trainings  # type: ignore[union-attr]
+    assert resumed.model.rollouts_started == full.model.rollouts_started  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_training_leaves_every_weight_outside_autograd(tmp_path: Path, variant: str) -> None:
     """An in-place weight update that autograd records (e.g. a target-net step from weights that require grad)

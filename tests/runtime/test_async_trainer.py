@@ -195,6 +195,39 @@ def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing
     assert row["env_steps"] == 384
 
 
+def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """A stop (Ctrl-C, SIGTERM) as the second fit starts: the fit is not counted and makes no rollouts, and the
+    resume fits again and rolls out that interval: every real step since the budget start paid for its branches.
+    """
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
+                      "model.epoch_length=64", "total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    model = trainer.model
+    assert model is not None
+    fit, rollouts_before = model.ensemble.fit, []
+
+    def stop_as_the_second_fit_starts(*args: torch.Tensor, **kwargs: object) -> dict[str, object]:
+        if model.trainings == 1 and not rollouts_before:
+            rollouts_before.append(model.rollouts_started)
+            trainer.stop_event.set()  # what a signal sets: the fit stops before its first gradient step
+        return fit(*args, **kwargs)  # type: ignore[arg-type]  # forwards what ModelBased.train passed
+
+    model.ensemble.fit = stop_as_the_second_fit_starts  # type: ignore[method-assign]  # a wrapping spy
+    trainer.run()
+    assert model.last_fit["stopped_by"] == "stop" and model.fit_pending
+    assert (model.trainings, model.rollouts_started) == (1, rollouts_before[0])
+    resumed = resume_trainer(cfg.run_dir, [f"total_env_steps={trainer.env_steps + 256}"])
+    assert isinstance(resumed, AsyncTrainer) and resumed.model is not None
+    resumed.run()
+    m = resumed.model
+    assert m.trainings >= 2 and not m.fit_pending
+    assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
+
+
 def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
