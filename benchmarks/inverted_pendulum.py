@@ -73,11 +73,11 @@ class Run:
     """One (learner, seed) run as a child process: started or resumed, stopped once solved."""
 
     def __init__(self, root: Path, learner: str, seed: int, steps: int, hold: int, device: str) -> None:
-        self.learner, self.seed, self.hold = learner, seed, hold
+        self.learner, self.seed, self.hold, self.steps = learner, seed, hold, steps
         self.run_dir = root / f"{learner}-s{seed}"
         self.stopped_solved = False
-        if list_checkpoints(self.run_dir / "checkpoints"):
-            cmd = [sys.executable, "-m", "mbpo", "resume", str(self.run_dir)]
+        if list_checkpoints(self.run_dir / "checkpoints"):  # this invocation's budget, as a fresh run's
+            cmd = [sys.executable, "-m", "mbpo", "resume", str(self.run_dir), f"total_env_steps={steps}"]
         else:
             cmd = [sys.executable, "-m", "mbpo", "train", "--config", str(CONFIG), f"run_dir={self.run_dir}",
                    f"seed={seed}", f"device={device}", "trainer=sync", "progress=false", f"total_env_steps={steps}",
@@ -96,32 +96,55 @@ class Run:
                 self.proc.send_signal(signal.SIGTERM)
             return False
         self.log.close()
-        if self.proc.returncode != 0 and not self.stopped_solved:
+        stopped_by_us = self.stopped_solved and self.proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)
+        if self.proc.returncode != 0 and not stopped_by_us:
             raise SystemExit(f"{self.learner} seed {self.seed} exited with {self.proc.returncode}; see "
                              f"{self.log.name} (the run resumes on the next invocation)")
-        ended_by = f"solved ({self.hold} evaluations in a row at {SOLVED:,.0f})" if self.stopped_solved else "steps"
+        evals = evaluations(self.run_dir)
+        at_budget = bool(evals) and evals[-1][0] >= self.steps  # it may have ended on its own just before the signal
+        ended_by = "steps" if at_budget or not self.stopped_solved else (
+            f"solved ({self.hold} evaluations in a row at {SOLVED:,.0f})")
         (self.run_dir / "run.json").write_text(json.dumps({**_info(self.run_dir), "done": True,
                                                            "ended_by": ended_by}, indent=1) + "\n")
         return True
 
+    def stop(self) -> None:
+        """SIGTERM (the child checkpoints and exits) and wait: no run outlives this script, holding its lock."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait()
+        self.log.close()
+
 
 def run_all(args: argparse.Namespace, root: Path) -> None:
+    """Run every (learner, seed) not yet done, ``--jobs`` at a time; if one fails, or this script is stopped,
+    the others are stopped with a checkpoint (the next invocation resumes them).
+    """
     todo = [(learner, seed) for seed in args.seeds for learner in VARIANTS
             if not _info(root / f"{learner}-s{seed}").get("done")]
     running: list[Run] = []
-    while todo or running:
-        while todo and len(running) < args.jobs:
-            learner, seed = todo.pop(0)
-            running.append(Run(root, learner, seed, args.steps, args.hold, args.device))
-        time.sleep(5)  # the children write an evaluation every few seconds at most; nothing finer to wait on
-        for run in [r for r in running if r.poll()]:
-            running.remove(run)
-            if args.results is not None:
-                dest = args.results / run.run_dir.name
-                dest.mkdir(parents=True, exist_ok=True)
-                for name in KEPT:
-                    if (run.run_dir / name).is_file():
-                        shutil.copy2(run.run_dir / name, dest / name)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM unwinds as Ctrl-C does
+    try:
+        while todo or running:
+            while todo and len(running) < args.jobs:
+                learner, seed = todo.pop(0)
+                running.append(Run(root, learner, seed, args.steps, args.hold, args.device))
+            time.sleep(5)  # the children write an evaluation every few seconds at most; nothing finer to wait on
+            for run in [r for r in running if r.poll()]:
+                running.remove(run)
+    finally:
+        for run in running:
+            run.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if args.results is not None:  # every finished run, this invocation's or an earlier one's
+            for seed in args.seeds:
+                for learner in VARIANTS:
+                    if _info(run_dir := root / f"{learner}-s{seed}").get("done"):
+                        dest = args.results / run_dir.name
+                        dest.mkdir(parents=True, exist_ok=True)
+                        for name in KEPT:
+                            if (run_dir / name).is_file():
+                                shutil.copy2(run_dir / name, dest / name)
 
 
 def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:
@@ -165,7 +188,11 @@ def main() -> None:
         parser.error(f"expected --jobs >= 1, --hold >= 1 and --steps >= {EVAL_EVERY}")
     root = args.run_root.expanduser()
     if not args.report_only:
-        run_all(args, root)
+        try:
+            run_all(args, root)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run_all has stopped every run with a checkpoint
+            raise SystemExit("[inverted_pendulum] stopped; every unfinished run is checkpointed and resumes on the "
+                             "next invocation") from None
     print(json.dumps(report(root, args.seeds, args.hold)))
 
 
