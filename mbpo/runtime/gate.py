@@ -71,7 +71,8 @@ class RatioGate:
         ingested = self.ingested if ingested is None else ingested
         if ingested < self.learning_starts:
             return 0
-        return ingested - max(self.learning_starts - self.num_envs, 0)
+        first_step_end = -(-self.learning_starts // self.num_envs) * self.num_envs  # a whole vector step's end
+        return ingested - max(first_step_end - self.num_envs, 0)
 
     def updates_earned(self, ingested: int | None = None) -> int:
         return math.floor(self.learning_transitions(ingested) * self.utd_ratio + 1e-9)

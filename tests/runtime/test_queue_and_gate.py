@@ -63,6 +63,20 @@ def test_gate_holds_collectors_until_the_learner_catches_up() -> None:
     assert gate.reserve(10, stop) == (100, 10)
 
 
+@pytest.mark.parametrize("learning_starts, num_envs", [(10, 4), (12, 4), (0, 4), (1, 4), (3, 1), (100, 64)])
+def test_the_gate_earns_the_sync_trainers_updates_after_every_vector_step(learning_starts: int, num_envs: int) -> None:
+    """The SyncTrainer counts whole vector steps from the first one that ends at or past learning_starts;
+    the gate must earn the same updates after every step, whatever learning_starts' remainder.
+    """
+    gate = _gate(num_envs=num_envs, learning_starts=learning_starts, utd_ratio=0.5)
+    env_steps = learning_env_steps = 0
+    for _ in range(20):
+        env_steps += num_envs
+        if env_steps >= learning_starts:  # the SyncTrainer's rule (sync_trainer.py)
+            learning_env_steps += num_envs
+        assert gate.updates_earned(env_steps) == int(learning_env_steps * 0.5), env_steps
+
+
 def test_the_lead_stops_growing_at_max_lead_but_never_drops_below_one_batch() -> None:
     """ratio_tolerance alone lets collectors run 10% of the run ahead; max_lead caps it in transitions."""
     unbounded, capped = _gate(total_env_steps=100_000), _gate(total_env_steps=100_000, max_lead=256)
