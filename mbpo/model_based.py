@@ -175,8 +175,8 @@ class ModelBased:
         ``fresh`` (indices of the rows collected since the last training), measure the model's health on them.
         """
         c = self.config
-        if fresh is not None and self.trainings > 0 and fresh.numel() >= 2:
-            self.health = self.measure_health(data, fresh)
+        if fresh is not None and self.trainings > 0 and fresh.numel() >= 2 and not self.fit_pending:
+            self.health = self.measure_health(data, fresh)  # (a cut-short fit has trained on them: kept from before)
         # A next obs the env did not give us (an auto-reset that lost it) is never a model target; its
         # reward and termination are, so the row still trains those heads.
         valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else None

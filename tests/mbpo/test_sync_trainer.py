@@ -197,10 +197,13 @@ def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(t
     resumed = SyncTrainer.resume(tmp_path / "cut", [])
     assert resumed.model is not None
     fits: list[int] = []
-    fit = resumed.model.ensemble.fit
+    measured: list[int] = []
+    fit, measure = resumed.model.ensemble.fit, resumed.model.measure_health
     resumed.model.ensemble.fit = lambda *a, **k: fits.append(resumed.env_steps) or fit(*a, **k)  # type: ignore[method-assign]
+    resumed.model.measure_health = lambda *a: measured.append(resumed.env_steps) or measure(*a)  # type: ignore[method-assign]
     resumed.run()
     assert fits == [302, 400]  # the cut fit again at the first step, then the 400 one
+    assert measured == [400]  # the cut fit trained on the new rows: its health was measured before it, not again
     assert resumed.model.trainings == full.model.trainings  # type: ignore[union-attr]
     assert resumed.model.rollouts_started == full.model.rollouts_started  # type: ignore[union-attr]
 
