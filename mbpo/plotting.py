@@ -30,7 +30,7 @@ HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("open-loop state error along real trajectories", ("model_open_loop_err_1", "model_open_loop_err_5"), True),
     ("terminations and dropped branches", ("real_termination_rate", "rollout_termination_rate",
                                            "model_err_termination", "rollout_nonfinite_frac"), False),
-    ("critic bias at evaluation start states (Q - MC return)", ("q_bias",), False),
+    ("critic bias at evaluation start states (Q - MC return)", ("q_bias", "q_bias_reward"), False),
 )
 """``(title, metrics.csv columns, log scale)`` of the model-health chart's panels."""
 

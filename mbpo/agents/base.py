@@ -61,6 +61,11 @@ class Agent(Protocol):
         on ``device``: float32 ``(N,)`` (SAC: the lower of its twin critics, as its targets use; DQN: max_a Q).
         """
 
+    def entropy_bonus(self) -> float:
+        """What the critics' targets add to each step's reward besides it (SAC: ``alpha * H``, H at the target
+        entropy automatic alpha holds; 0 for a critic of rewards alone): :func:`mbpo.evaluation.critic_bias`.
+        """
+
     def observe(self, obs: torch.Tensor) -> None:
         """Real observations ``(B, obs_dim)`` the trainer just stored: running statistics (agent.obs_norm) learn
         from them on the learner; a no-op for a learner without any.

@@ -177,6 +177,10 @@ class DQN:
         """``max_a Q(s, a)``: the online network's value of the greedy (evaluation) policy at ``obs``."""
         return self.q_net(obs.float()).max(-1).values.float()
 
+    def entropy_bonus(self) -> float:
+        """None: DQN's targets are rewards and bootstrapped values only."""
+        return 0.0
+
     def observe(self, obs: torch.Tensor) -> None:
         """No running statistics here: agent.obs_norm is SAC's (the config refuses it with dqn)."""
 

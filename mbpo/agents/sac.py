@@ -287,6 +287,11 @@ class SAC:
             q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1))
         return q.float().squeeze(-1).min(0).values
 
+    def entropy_bonus(self) -> float:
+        """``alpha * H`` per step, H at ``target_entropy`` (where automatic alpha holds it): the soft part of Q."""
+        with self._weights_lock:
+            return float(self.log_alpha.detach().exp()) * self.target_entropy
+
     def observe(self, obs: torch.Tensor) -> None:
         """Merge real observations ``(B, obs_dim)`` into the running statistics (no-op without obs_norm).
 

@@ -146,33 +146,41 @@ class ConstantReward(VecEnv):
 
 
 class KnownValue:
-    """A stub learner whose critic is the true value plus ``offset``."""
+    """A stub learner whose critic is the true soft value (each step after the first adds ``bonus``, as SAC's
+    alpha * H) plus ``offset``.
+    """
 
     device = torch.device("cpu")
 
-    def __init__(self, horizon: int, gamma: float, offset: float) -> None:
-        self.horizon, self.gamma, self.offset = horizon, gamma, offset
+    def __init__(self, horizon: int, gamma: float, offset: float, bonus: float = 0.0) -> None:
+        self.horizon, self.gamma, self.offset, self.bonus = horizon, gamma, offset, bonus
+
+    def entropy_bonus(self) -> float:
+        return self.bonus
 
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         return torch.zeros(obs.shape[0], 1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         left = torch.round(obs[:, 0] * self.horizon)
-        return (1 - self.gamma**left) / (1 - self.gamma) + self.offset
+        soft = self.bonus * (self.gamma - self.gamma**left) / (1 - self.gamma)
+        return (1 - self.gamma**left) / (1 - self.gamma) + soft + self.offset
 
 
-@pytest.mark.parametrize("offset", [0.0, 3.5, -12.0])
-def test_the_critic_bias_is_exact_on_a_task_with_a_known_value(offset: float) -> None:
+@pytest.mark.parametrize("offset, bonus", [(0.0, 0.0), (3.5, 0.0), (-12.0, 0.0), (3.5, -0.2), (0.0, 0.5)])
+def test_the_critic_bias_is_exact_on_a_task_with_a_known_value(offset: float, bonus: float) -> None:
     gamma, horizon = 0.97, 40
     env = ConstantReward(5, horizon)
-    agent = KnownValue(horizon, gamma, offset)
+    agent = KnownValue(horizon, gamma, offset, bonus)
     episodes = evaluate_episodes(agent, env, seed=0, gamma=gamma)  # type: ignore[arg-type]  # a stub agent
     assert episodes.returns == [40.0] * 5
     value = (1 - gamma**horizon) / (1 - gamma)
     assert episodes.discounted_returns == pytest.approx([value] * 5, abs=1e-12)
     bias = critic_bias(agent, episodes)  # type: ignore[arg-type]
     assert bias["mc_return_start"] == pytest.approx(value, abs=1e-12)
-    assert bias["q_bias"] == pytest.approx(offset, abs=1e-4)  # float32 critic against a float64 return
+    soft = bonus * (gamma - gamma**horizon) / (1 - gamma)  # the entropy a soft critic's targets added
+    assert bias["q_bias"] == pytest.approx(offset + soft, abs=1e-4)  # float32 critic against a float64 return
+    assert bias["q_bias_reward"] == pytest.approx(offset, abs=1e-4)
 
 
 def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
