@@ -90,14 +90,27 @@ def test_nan_from_an_env_raises_naming_env_index_and_field(
 def test_dropped_nonfinite_transitions_are_counted_and_never_stored(
     tiny_config: Callable[..., Config], thread_baseline: int, fault: str, backend: str, no_leaks: None
 ) -> None:
-    cfg = tiny_config("runtime.nonfinite=drop", f"runtime.backend={backend}")
+    """The run lasts until both collectors are past their faulty step (total_env_steps is only a bound): on a
+    loaded machine a spawned child can start so late that the other collector takes a short budget alone.
+    """
+    cfg = tiny_config("runtime.nonfinite=drop", f"runtime.backend={backend}", "total_env_steps=200000")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0, 1}, at_step=30))
+    steps = {0: 0, 1: 0}
+    ingest = trainer._ingest
+
+    def spy(item: CollectorBatch) -> None:
+        ingest(item)
+        steps[item.collector_id] += item.env_steps
+        if min(steps.values()) >= 64:  # both well past step 30
+            trainer.stop_event.set()
+
+    trainer._ingest = spy  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     # One bad transition per collector; after a NaN observation that env is reset, so the next
     # transition starts from a valid state instead of acting on NaN.
     assert row["nonfinite_dropped"] == 2
     data = trainer.buffer[: len(trainer.buffer)]
-    assert len(trainer.buffer) == 384 - row["nonfinite_dropped"]
+    assert len(trainer.buffer) == trainer.env_steps - row["nonfinite_dropped"]
     for key in (OBS, NEXT_OBS, REWARD):
         assert bool(torch.isfinite(data[key]).all()), key
 
