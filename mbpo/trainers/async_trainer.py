@@ -201,13 +201,18 @@ class AsyncTrainer(Trainer):
                 logger.close()
         return row
 
-    def _start(self) -> None:
+    def _gate_from_counters(self) -> None:
+        """The gate's counters from the trainer's (a resumed run goes on from its checkpoint's)."""
         g = self.gate
-        g.reserved = g.ingested = self.env_steps  # a resumed run goes on from its checkpoint's counters
+        g.reserved = self.env_steps
+        g.ingested = self.env_steps - g.discarded  # dropped batches are env steps that never reached the buffer
         g.updates = self.updates_issued
         g.trainings = 0 if self.model is None else self.model.trainings
         if self.model is not None:
             g.model_start = self.model.budget_start  # from the checkpoint's model, which may predate today's rule
+
+    def _start(self) -> None:
+        self._gate_from_counters()
         self._publish()
         self._throughput = self._start_clock()
         self._periodic_steps = self.env_steps  # env steps the eval/log/checkpoint cadence has been checked up to
@@ -386,6 +391,13 @@ class AsyncTrainer(Trainer):
             print(f"[mbpo] still running after runtime.shutdown_timeout_s="
                   f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "
                   "with the process)", file=sys.stderr)
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {**super()._trainer_state(), "discarded": self.gate.discarded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.gate.discarded = int(state["trainer"].get("discarded", 0))  # 0 in checkpoints that predate it
 
     def state_dict(self) -> dict[str, Any]:
         """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most

@@ -283,6 +283,30 @@ def test_an_async_run_resumes_from_its_checkpoint(tiny_config: Callable[..., Con
     assert resumed.updates_issued == 2 * (512 - 63)  # the ratio carries on across the resume
 
 
+def test_a_resume_keeps_the_transitions_a_full_queue_dropped_out_of_the_learning_budget(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """With runtime.queue_full=drop_oldest, env steps = ingested + discarded; a resume that took every env step
+    as ingested would issue discarded * utd_ratio updates for data the buffer never held.
+    """
+    cfg = tiny_config("runtime.queue_full=drop_oldest", "agent.utd_ratio=2")
+    first = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        first.env_steps, first.gate.ingested, first.gate.discarded = 160, 128, 32  # as after one dropped batch
+        first.learning_env_steps = first.gate.learning_transitions()
+        state = first.state_dict()
+    finally:
+        first.close()
+    second = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        second.load_state_dict(state)
+        second._gate_from_counters()
+        g = second.gate
+        assert (g.reserved, g.ingested, g.discarded) == (160, 128, 32)
+        assert g.updates_earned() == 2 * (128 - 63) == 2 * second.learning_env_steps
+    finally:
+        second.close()
+
+
 @pytest.mark.parametrize("eval_every", [128, 10_000])
 def test_async_evaluates_on_the_sync_trainers_cadence(tiny_config: Callable[..., Config], thread_baseline: int,
                                                       eval_every: int) -> None:
