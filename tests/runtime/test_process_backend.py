@@ -122,7 +122,7 @@ def test_a_child_never_reads_a_half_written_snapshot() -> None:
 
 
 @pytest.mark.parametrize("fault, how", [("exit", "exited with code 3"), ("sigkill", "was killed by SIGKILL")])
-def test_a_collector_process_that_dies_is_seen_within_2_s_and_restarted(
+def test_a_collector_process_that_dies_is_seen_by_its_pipe_closing_and_restarted(
     tiny_config: Callable[..., Config], thread_baseline: int, no_leaks: None, capsys: pytest.CaptureFixture[str],
     fault: str, how: str,
 ) -> None:
@@ -131,7 +131,8 @@ def test_a_collector_process_that_dies_is_seen_within_2_s_and_restarted(
     row = trainer.run()
     assert row["collector_restarts"] == 1 and row["env_steps"] == 384 and len(trainer.buffer) == 384
     (cid, incarnation, detected_at, last_beat, what), = trainer.pool.failures
-    assert (cid, incarnation) == (0, 0) and detected_at - last_beat < 2.0
+    # seen when its pipe closed, not by the hang timeout (no fixed seconds: a loaded machine delays the check)
+    assert (cid, incarnation) == (0, 0) and detected_at - last_beat < cfg.runtime.collector_timeout_s
     assert f"collector 0's process (pid {trainer.pool.retired[0].pid}) {how}" in capsys.readouterr().err
 
 
