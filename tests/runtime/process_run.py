@@ -4,7 +4,9 @@
 ``runtime.backend=process`` (or ray, given as an override); ``faults=raise,exit,sigkill,hang`` gives
 collector ``i`` the ``i``-th fault.
 It prints ``progress`` once 128 env steps are in (a test may signal it then), and at the end one JSON line:
-every collector process pid it started, the restarts, and the exit code it then exits with.
+every collector process pid it started, the restarts, and the exit code it then exits with. With faults,
+the run stops once every one was handled and a batch came in after (``total_env_steps`` is then a bound: a
+child that starts late on a loaded machine would otherwise never reach its fault).
 """
 
 from __future__ import annotations
@@ -37,13 +39,17 @@ def main(argv: list[str]) -> int:
     cfg = load_config(None, [*TINY, f"run_dir={run_dir}", "runtime.backend=process",
                              f"runtime.num_collectors={max(len(faults), 2)}", *overrides])
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=PerCollectorFaults(faults) if faults else None)
-    ingest, told = trainer._ingest, []
+    ingest, told, handled = trainer._ingest, [], []
 
     def tell_progress(item: CollectorBatch) -> None:
         ingest(item)
         if trainer.env_steps >= 128 and not told:
             told.append(True)
             print("progress", flush=True)
+        if faults and trainer.pool.restarts >= len(faults):
+            if handled:
+                trainer.stop_event.set()
+            handled.append(True)
 
     trainer._ingest = tell_progress  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()

@@ -106,10 +106,24 @@ def test_an_actor_that_raises_or_dies_is_restarted_from_the_newest_weights(
 
 def test_a_hung_actor_is_killed_and_replaced(tiny_config: Callable[..., Config], local_cluster: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={local_cluster}", "runtime.collector_timeout_s=4")
+    """The run lasts until the hung actor was replaced and a batch came in after it (total_env_steps is only a
+    bound): actors start seconds apart, and collector 0 could otherwise take a short budget alone.
+    """
+    cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={local_cluster}", "runtime.collector_timeout_s=4",
+                      "total_env_steps=200000")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("hang", {1}, at_step=40))
+    ingest, replaced = trainer._ingest, []
+
+    def stop_after_the_replacement(item: CollectorBatch) -> None:
+        ingest(item)
+        if replaced:
+            trainer.stop_event.set()
+        elif trainer.pool.restarts:
+            replaced.append(True)
+
+    trainer._ingest = stop_after_the_replacement  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
-    assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["collector_restarts"] == 1
+    assert len(trainer.buffer) == row["env_steps"] < 200000 and row["collector_restarts"] == 1
     assert "collector 1 is hung" in capsys.readouterr().err
 
 
