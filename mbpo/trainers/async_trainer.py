@@ -232,7 +232,8 @@ class AsyncTrainer(Trainer):
             due = self._updates_allowed()
             if due > 0:
                 self._update(min(due, cfg.runtime.publish_every - self.updates_issued % cfg.runtime.publish_every))
-            elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0:
+            elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0 \
+                    and self.gate.trainings_due() <= 0:  # the last fit ends (a finished run holds a whole model)
                 break
             elif self.env_steps == before:
                 waited = self.queue.get(POLL_S)

@@ -162,8 +162,9 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert trainer.model is not None
-    # Ratio-gated: the last batch was reserved with at most one training owed beyond its lead (one batch).
-    assert trainer.model.trainings >= (384 - 32) // 64 - 1
+    # The run ends after the last training it earned, as the SyncTrainer's does: its final model is whole.
+    assert trainer.model.trainings == trainer.gate.trainings_earned() >= (384 - 64) // 64
+    assert not trainer.model.fit_pending
     assert row["model_busy"] > 0 and row["rollout_policy_version"] >= 1
     tolerance = cfg.runtime.ratio_tolerance  # the realised ratios of the gate's rule, whatever runs collectors
     assert abs(row["utd_ratio_realised"] / updates_per_transition(cfg) - 1) <= tolerance
@@ -174,6 +175,43 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
     assert int(newest["model_version"].max()) == trainer.model.ensemble.version
     for key in (OBS, NEXT_OBS, REWARD):
         assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())
+
+
+def test_a_finished_run_waits_for_the_last_model_training_it_earned(tiny_config: Callable[..., Config],
+                                                                     thread_baseline: int) -> None:
+    """The SyncTrainer trains at its last step; the async run must not end (and cut that fit short) while
+    the model thread still owes it: here the last fit starts only once every update is done.
+    """
+    import threading
+
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
+                      "model.epoch_length=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    model = trainer.model
+    assert model is not None
+    last = trainer.gate.trainings_earned(cfg.total_env_steps) - 1  # trainings before the last one
+    cond, passes, done_at = threading.Condition(), [0], []
+    supervise, fit = trainer._supervise, model.ensemble.fit
+
+    def count_passes() -> None:  # the main loop's every pass
+        supervise()
+        with cond:
+            passes[0] += 1
+            if not done_at and trainer.pool.finished and trainer.gate.updates_due() <= 0:
+                done_at.append(passes[0])  # the old loop ended here
+            cond.notify_all()
+
+    def last_fit_after_the_updates(*args: torch.Tensor, **kwargs: object) -> dict[str, object]:
+        if model.trainings == last:
+            with cond:  # the loop went on past where it would have ended, or the run stopped
+                cond.wait_for(lambda: (done_at and passes[0] >= done_at[0] + 2) or trainer.stop_event.is_set(), 60)
+        return fit(*args, **kwargs)  # type: ignore[arg-type]  # forwards what ModelBased.train passed
+
+    trainer._supervise = count_passes  # type: ignore[method-assign]  # a spy in place of the bound method
+    model.ensemble.fit = last_fit_after_the_updates  # type: ignore[method-assign]  # a wrapping spy
+    trainer.run()
+    assert model.trainings == last + 1 and not model.fit_pending and model.last_fit["stopped_by"] != "stop"
 
 
 def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing_the_run(
