@@ -285,6 +285,9 @@ def report(env: str, root: Path, seeds: list[int]) -> dict[str, Any]:
         health = plot_model_health(mbpo_dirs, root / f"{env}_mbpo_model_health.png") if mbpo_dirs else None
         if health is not None:
             result["model_health_plot"] = str(health)
+    sync_vs_async = async_against_sync(result["learners"])
+    if sync_vs_async:
+        result["async_vs_sync"] = sync_vs_async
     mbpo = result["learners"].get("mbpo", {})
     targets = {}
     for peer, factor in (("sac_same_ratio", 1.5), ("sb3", 2.0)):
@@ -297,6 +300,23 @@ def report(env: str, root: Path, seeds: list[int]) -> dict[str, Any]:
                     targets[f"mbpo_at_least_{factor}x_{peer}"] = ours >= factor * theirs
     result["targets"] = targets
     return result
+
+
+def async_against_sync(learners: dict[str, Any]) -> dict[str, Any]:
+    """Per seed run by both ``mbpo`` (async) and ``mbpo_sync``: returns at REPORT_AT and the wall-clock of
+    each, and async's wall-clock over sync's (the async trainer's cost and gain on this machine).
+    """
+    def by_seed(learner: str) -> dict[str, dict[str, Any]]:
+        return {Path(r["run_dir"]).name.rsplit("-s", 1)[1]: r for r in learners.get(learner, {}).get("runs", [])}
+
+    asyncs, syncs = by_seed("mbpo"), by_seed("mbpo_sync")
+    out = {}
+    for seed in sorted(asyncs.keys() & syncs.keys()):
+        a, s = asyncs[seed], syncs[seed]
+        out[f"seed_{seed}"] = {"async": {"returns": a["returns"], "wall_s": a["wall_s"], "done": a["done"]},
+                               "sync": {"returns": s["returns"], "wall_s": s["wall_s"], "done": s["done"]},
+                               "wall_async_over_sync": round(a["wall_s"] / s["wall_s"], 3) if s["wall_s"] else None}
+    return out
 
 
 def _round(value: float | None) -> float | None:
