@@ -9,7 +9,7 @@ negligible for 1,000-step MuJoCo episodes at gamma 0.99 (4e-5), about 13% for Pe
 SAC's critics are soft: their targets add ``alpha * H`` (H the policy's entropy) per step after the first,
 which a reward-only return lacks; ``q_bias_reward`` takes that part out, with H at the entropy that
 automatic alpha holds (``target_entropy``), over each episode's steps. With a negative target (Hopper's
--1) it is negative: about ``-alpha * 99`` for long episodes at gamma 0.99, -20 to -75 in the Hopper runs.
+-1) it is negative: about ``-alpha * 99`` for long episodes at gamma 0.99.
 """
 
 from __future__ import annotations

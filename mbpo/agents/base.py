@@ -62,8 +62,8 @@ class Agent(Protocol):
         """
 
     def entropy_bonus(self) -> float:
-        """What the critics' targets add to each step's reward besides it (SAC: ``alpha * H``, H at the target
-        entropy automatic alpha holds; 0 for a critic of rewards alone): :func:`mbpo.evaluation.critic_bias`.
+        """What the critics' targets add to each step's reward (SAC: ``alpha * H``, H at the target entropy that
+        automatic alpha holds; 0 for a critic of rewards alone): :func:`mbpo.evaluation.critic_bias` takes it out.
         """
 
     def observe(self, obs: torch.Tensor) -> None:

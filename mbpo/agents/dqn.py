@@ -178,7 +178,7 @@ class DQN:
         return self.q_net(obs.float()).max(-1).values.float()
 
     def entropy_bonus(self) -> float:
-        """None: DQN's targets are rewards and bootstrapped values only."""
+        """0: DQN's targets are rewards and bootstrapped values only."""
         return 0.0
 
     def observe(self, obs: torch.Tensor) -> None:
