@@ -105,6 +105,10 @@ class AsyncTrainer(Trainer):
         self._closed = False
         self._started = self._stopped = False
         self._checkpoint_due = False
+        self._loop_ended = False
+        """The loop reached its end: every env step in, every update and model fit it earned done."""
+        self._cadence_env_steps: int | None = None
+        """A resumed run's env steps the eval/log/checkpoint cadence had been checked up to."""
 
     # -- construction helpers -----------------------------------------------------------
     def _make_env(self) -> envs.VecEnv:
@@ -215,7 +219,9 @@ class AsyncTrainer(Trainer):
         self._gate_from_counters()
         self._publish()
         self._throughput = self._start_clock()
-        self._periodic_steps = self.env_steps  # env steps the eval/log/checkpoint cadence has been checked up to
+        # env steps the eval/log/checkpoint cadence has been checked up to (a stopped run ingests what is queued
+        # without checking it: its resume catches up, and does the final evaluation a stop at the end skipped)
+        self._periodic_steps = self.env_steps if self._cadence_env_steps is None else self._cadence_env_steps
         self._busy_row = self._model_busy_row = 0.0  # busy seconds at the last row (busy columns are per interval)
         self._started = True
         self.pool.start()
@@ -234,12 +240,13 @@ class AsyncTrainer(Trainer):
                 self._update(min(due, cfg.runtime.publish_every - self.updates_issued % cfg.runtime.publish_every))
             elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0 \
                     and self.gate.trainings_due() <= 0:  # the last fit ends (a finished run holds a whole model)
+                self._loop_ended = True
                 break
             elif self.env_steps == before:
                 waited = self.queue.get(POLL_S)
                 if waited is not None:
                     self._ingest(waited)
-            self._periodic(before)
+            self._periodic()
             if self._checkpoint_due:
                 self._checkpoint_between_cycles()
 
@@ -306,15 +313,15 @@ class AsyncTrainer(Trainer):
             check_snapshot(snapshot, "learner -> collectors")
         self.weights.publish(snapshot)
 
-    def _periodic(self, before: int) -> None:
+    def _periodic(self) -> None:
         """Evaluate, log and checkpoint when ingested env steps cross their intervals (the final ones
         happen after the last updates, in run()).
         """
         cfg, logger = self.config, self._logger
         if self.env_steps >= cfg.total_env_steps:
             return
+        due = self.due(self._periodic_steps, self.env_steps)
         self._periodic_steps = self.env_steps
-        due = self.due(before, self.env_steps)
         if due.evaluate:
             self._evaluate(None if self._stopped else self._supervise)  # long evaluations surface worker errors
         if due.log:
@@ -393,12 +400,21 @@ class AsyncTrainer(Trainer):
                   f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "
                   "with the process)", file=sys.stderr)
 
+    def finished(self) -> bool:
+        """All env steps are in and the loop ended: a stop after the last env step leaves the learner owing
+        up to ``max_lead * utd_ratio`` updates, maybe a model fit, and the final evaluation, which a resume does.
+        """
+        return self._loop_ended and super().finished()
+
     def _trainer_state(self) -> dict[str, Any]:
-        return {**super()._trainer_state(), "discarded": self.gate.discarded}
+        cadence = self._periodic_steps if self._started else self.env_steps
+        return {**super()._trainer_state(), "discarded": self.gate.discarded, "cadence_env_steps": cadence}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.gate.discarded = int(state["trainer"].get("discarded", 0))  # 0 in checkpoints that predate it
+        t = state["trainer"]
+        self.gate.discarded = int(t.get("discarded", 0))  # 0 in checkpoints that predate it
+        self._cadence_env_steps = t.get("cadence_env_steps")
 
     def state_dict(self) -> dict[str, Any]:
         """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most

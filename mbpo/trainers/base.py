@@ -298,7 +298,12 @@ class Trainer:
             "last_eval_return": self.last_eval_return,
             "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
+            "finished": self.finished(),
         }
+
+    def finished(self) -> bool:
+        """The run reached ``total_env_steps`` with nothing owed: resuming it has nothing left to do."""
+        return self.env_steps >= self.config.total_env_steps
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -30,7 +30,8 @@ class ResumePoint:
 def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> ResumePoint:
     """Load the newest checkpoint of ``run_dir`` once and check it: it must be this run's (identity, env
     steps against its name), the overrides may only change run length and cadence, and there must be
-    steps left to take (a shorter ``total_env_steps`` than already reached is refused).
+    something left to do: steps to take, or the updates an async run's stop after its last step left owed
+    (a shorter ``total_env_steps`` than already reached is refused).
     """
     run_dir, overrides = Path(run_dir), list(overrides or [])
     for item in overrides:
@@ -49,10 +50,14 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     if config.total_env_steps < steps:
         raise ConfigError(f"total_env_steps={config.total_env_steps} is below the {steps} env steps {run_dir} has "
                           f"already taken; expected total_env_steps > {steps} to train longer")
-    if steps >= config.total_env_steps:
+    finished = bool(state["trainer"].get("finished", True))  # older checkpoints: done at total_env_steps
+    if steps >= config.total_env_steps and finished:
         raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
                              f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
                              f"total_env_steps=<more than {steps}>")
+    if steps >= config.total_env_steps:
+        print(f"[mbpo] {run_dir} took its {steps} env steps but was stopped before the work they earned was done "
+              "(the learner's last updates, a model fit, the final evaluation); resuming finishes it", file=sys.stderr)
     newer = keys_newer_than(state["config"])
     if newer:
         print(f"[mbpo] note: {run_dir}'s config predates {', '.join(newer)}; "

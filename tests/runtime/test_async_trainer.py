@@ -277,6 +277,43 @@ def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
     assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
 
 
+def test_a_stop_after_the_last_env_step_is_finished_by_the_resume(tiny_config: Callable[..., Config],
+                                                                  thread_baseline: int) -> None:
+    """Ctrl-C once every env step is in, but before the learner's last updates (up to max_lead * utd_ratio
+    of them), the model's last fit and the final evaluation: the resume does them, and only then is the run done.
+    """
+    from mbpo.metrics import read_metrics
+    from mbpo.trainers import RunAlreadyDone, resume_trainer
+
+    cfg = tiny_config("agent.utd_ratio=2", "eval_every=128", "model.enabled=true", "model.train_freq=64",
+                      "model.rollouts_per_real=4", "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]",
+                      "model.max_epochs=3", "model.epoch_length=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    update, sent = trainer.agent.update, []
+
+    def ctrl_c_once_every_env_step_is_in(batch: object) -> object:
+        if trainer.env_steps >= cfg.total_env_steps and not sent:
+            sent.append(trainer.updates_issued)
+            os.kill(os.getpid(), signal.SIGINT)  # the main thread's handler: the learner is the main thread
+        return update(batch)  # type: ignore[arg-type]  # forwards the learner's batch
+
+    trainer.agent.update = ctrl_c_once_every_env_step_is_in  # type: ignore[method-assign]  # a wrapping spy
+    trainer.run()
+    owed = 2 * (cfg.total_env_steps - 63)  # utd_ratio 2 from the end of the vector step reaching learning_starts
+    assert trainer.exit_code == 130 and trainer.env_steps == cfg.total_env_steps
+    assert trainer.updates_issued < owed  # the last batch alone earned 64 updates, a chunk is at most 8
+    resumed = resume_trainer(cfg.run_dir)
+    assert isinstance(resumed, AsyncTrainer) and resumed.model is not None
+    row = resumed.run()
+    assert resumed.exit_code == 0 and resumed.updates_issued == owed and row["env_steps"] == cfg.total_env_steps
+    m = resumed.model
+    assert m.trainings == resumed.gate.trainings_earned(cfg.total_env_steps) and not m.fit_pending
+    evals = [int(r["env_steps"]) for r in read_metrics(f"{cfg.run_dir}/metrics.csv") if r["eval_return"]]
+    assert evals == [128, 256, 384]  # the final one, after the last updates
+    with pytest.raises(RunAlreadyDone):
+        resume_trainer(cfg.run_dir)
+
+
 def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
