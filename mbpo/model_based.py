@@ -61,11 +61,16 @@ def budget_start(train_freq: int, learning_starts: int) -> int:
     return (max(-(-learning_starts // train_freq), 1) - 1) * train_freq
 
 
-def trainings_earned(env_steps: int, train_freq: int, start: int) -> int:
-    """Model trainings due after ``env_steps`` real transitions, counting from ``start`` (:func:`budget_start`):
-    one at every multiple of ``train_freq`` after it (the sync trainer and the async gate count the same way).
+def trainings_earned(env_steps: int, train_freq: int, start: int, num_envs: int = 1) -> int:
+    """Model trainings due after ``env_steps`` real transitions (whole vector steps of ``num_envs``), counting
+    from ``start`` (:func:`budget_start`): one at every multiple of ``train_freq`` after it, at most one per
+    vector step, as the sync trainer fits once after a vector step however many multiples it crossed (the
+    async gate counts the same way, so its model thread does not fit several times on the same data).
     """
-    return max((env_steps - start) // train_freq, 0)
+    if num_envs <= train_freq:  # a vector step crosses at most one multiple
+        return max((env_steps - start) // train_freq, 0)
+    first = -(-(start + train_freq) // num_envs)  # every vector step crosses one; the first to reach the first
+    return max(env_steps // num_envs - first + 1, 0)
 
 
 class ModelBased:
@@ -86,8 +91,11 @@ class ModelBased:
         rollouts_per_real: float | None = None,
         learning_starts: int = 0,
         env: object | None = None,
+        num_envs: int = 1,
     ) -> None:
         self.config = config
+        self.num_envs = num_envs
+        """Transitions per vector step: at most one training per vector step (:func:`trainings_earned`)."""
         self.clock_start = learning_starts
         """Where the rollout schedule's epochs count from: agent.learning_starts (0 in a run checkpointed before
         that rule, which keeps its own clock when resumed)."""
@@ -147,8 +155,8 @@ class ModelBased:
         pending); ``should_stop()`` (checked every gradient step) cuts the fit short, keeping each member's best
         epoch so far, and then no rollouts are made: the run is stopping, and its resume fits again.
         """
-        due = trainings_earned(after, self.config.train_freq, self.budget_start)
-        crossed = due > trainings_earned(before, self.config.train_freq, self.budget_start)
+        due = trainings_earned(after, self.config.train_freq, self.budget_start, self.num_envs)
+        crossed = due > trainings_earned(before, self.config.train_freq, self.budget_start, self.num_envs)
         if not (crossed or self.fit_pending) or len(real) < 2:
             return False
         data = real[: len(real)]
@@ -310,7 +318,7 @@ class ModelBased:
             "model_buffer_size": len(self.model_buffer),
             "nonfinite_branches": self.nonfinite_branches,
             "model_trainings_per_real": self.trainings / max(env_steps - self.budget_start, 1),
-            "model_trainings_per_real_target": 1.0 / self.config.train_freq,
+            "model_trainings_per_real_target": 1.0 / max(self.config.train_freq, self.num_envs),
             "rollouts_per_real_realised":
                 self.rollouts_started / max(self.last_rollout_env_steps - self.budget_start, 1),
             "rollouts_per_real": self.rollouts_per_real,

@@ -84,7 +84,8 @@ class RatioGate:
     def trainings_earned(self, ingested: int | None = None) -> int:
         if self.train_freq is None:
             return 0
-        return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.model_start)
+        return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.model_start,
+                                self.num_envs)
 
     def trainings_due(self) -> int:
         with self._cond:

@@ -146,7 +146,7 @@ class Trainer:
         if config.model.enabled:
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
                                     device, self.seed("model"), rollouts_per_transition(config),
-                                    config.agent.learning_starts, env=self.env)
+                                    config.agent.learning_starts, env=self.env, num_envs=config.env.num_envs)
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()

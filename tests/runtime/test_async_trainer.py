@@ -244,6 +244,22 @@ def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing
     assert row["env_steps"] == 384
 
 
+def test_a_vector_step_wider_than_train_freq_earns_one_model_training(tiny_config: Callable[..., Config],
+                                                                      thread_baseline: int) -> None:
+    """As the sync trainer: one fit after a vector step that crossed several multiples of train_freq, not one
+    per multiple, back to back on the same data (16 envs, train_freq 8: one per vector step, not two).
+    """
+    cfg = tiny_config("env.num_envs=16", "runtime.collection_batch_size=1", "model.enabled=true",
+                      "model.train_freq=8", "model.rollouts_per_real=1", "model.hidden_sizes=[16,16]",
+                      "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=2", "model.epoch_length=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert trainer.model is not None
+    first = (56 + 8) // 16  # budget start 56 (the multiple of 8 before learning_starts=64): vector step 4 reaches 64
+    assert trainer.model.trainings == 384 // 16 - first + 1 == 21  # (384 - 56) // 8 = 41 per multiple
+    assert row["model_trainings_per_real_target"] == 1 / 16
+
+
 def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     """A stop (Ctrl-C, SIGTERM) as the second fit starts: the fit is not counted and makes no rollouts, and the
