@@ -165,6 +165,11 @@ class ModelBased:
             self.rollout(data, after, policy)
         return True
 
+    @property
+    def rollouts_owed(self) -> bool:
+        """The last fit is done but its rollouts are not (the async model thread stopped between them)."""
+        return self.trainings > 0 and not self.fit_pending and self.last_rollout_env_steps < self.last_train_env_steps
+
     def epoch(self, env_steps: int) -> float:
         """MBPO epochs (of ``epoch_length`` real transitions) since ``learning_starts``, as the paper's code counts
         them (its epochs start after the random steps): the clock of ``rollout_schedule``.

@@ -55,27 +55,31 @@ class ModelWorker(ThreadWorker):
 
     def _work(self) -> None:
         with self.lane.active():
+            if self.model.rollouts_owed:  # a stop came between a fit and its rollouts: a resume makes them first
+                self._cycle(fit=False)
             while not self.stop.is_set():
                 if self.gate.wait_for(lambda: not self.hold.is_set()
                                       and self.gate.trainings_earned() > self.gate.trainings, self.stop, 0.1):
                     self._cycle()
 
-    def _cycle(self) -> None:
+    def _cycle(self, fit: bool = True) -> None:
+        """Fit on every real transition so far, then roll out; ``fit=False``: the rollouts of the last fit only."""
         start = time.perf_counter()
         with self.cycle_lock:
             try:
                 with self.real_lock:
                     self.lane.wait_default()  # the learner's writes to the replay buffer come first
-                    env_steps = self.gate.ingested
+                    env_steps = self.gate.ingested if fit else self.model.last_train_env_steps
                     data = self.real[: len(self.real)].clone()
                     fresh = self.model.fresh_rows(self.real, env_steps)
                     self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
-                if data.shape[0] < 2:
+                if fit and data.shape[0] < 2:
                     self.gate.add(trainings=1)
                     return
-                self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
-                if self.stop.is_set():  # a stopping run needs no rollouts: the next cycle (a resume) makes them,
-                    return  # after fitting again if this fit was cut short (ModelBased.fit_pending)
+                if fit:
+                    self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
+                if self.stop.is_set():  # a stopping run needs no rollouts: its resume makes them first (after
+                    return  # fitting again if this fit was cut short: ModelBased.fit_pending)
                 latest = self.weights.latest()
                 if latest is not None and latest.version != self.policy_version:
                     self.rollout_agent.load_snapshot(latest.snapshot)
@@ -86,4 +90,5 @@ class ModelWorker(ThreadWorker):
             finally:
                 self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
         self.busy_s += time.perf_counter() - start
-        self.gate.add(trainings=1)
+        if fit:
+            self.gate.add(trainings=1)

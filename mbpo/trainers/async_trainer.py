@@ -260,8 +260,8 @@ class AsyncTrainer(Trainer):
     def _updates_allowed(self) -> int:
         due = self.gate.updates_due()
         if due > 0 and self.model is not None and len(self.model.model_buffer) == 0 \
-                and self.gate.trainings_earned() > 0 and self.gate.trainings == 0:
-            return 0  # the first model is due: wait for its rollouts, as the SyncTrainer does
+                and self.gate.trainings_earned() > 0 and (self.gate.trainings == 0 or self.model.rollouts_owed):
+            return 0  # the first model is due (or fitted, its rollouts not made): wait for them, as the sync trainer
         return due
 
     def _ingest(self, item: CollectorBatch) -> None:

@@ -293,6 +293,43 @@ def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
     assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
 
 
+def test_a_stop_between_the_first_fit_and_its_rollouts_makes_them_first_on_resume(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """The first fit is done (and counted) when the stop comes, its rollouts are not: the resumed learner waits
+    for them, as for the first model, instead of training on real data alone until the next fit.
+    """
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
+                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
+                      "model.epoch_length=64", "total_env_steps=100000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    model = trainer.model
+    assert model is not None
+    fit = model.ensemble.fit
+
+    def stop_once_the_first_fit_is_done(*args: torch.Tensor, **kwargs: object) -> dict[str, object]:
+        result = fit(*args, **kwargs)  # type: ignore[arg-type]  # forwards what ModelBased.train passed
+        trainer.stop_event.set()  # what a signal sets, after the fit's last gradient step
+        return result
+
+    model.ensemble.fit = stop_once_the_first_fit_is_done  # type: ignore[method-assign]  # a wrapping spy
+    trainer.run()
+    assert (model.trainings, model.rollouts_started, len(model.model_buffer)) == (1, 0, 0)
+    resumed = resume_trainer(cfg.run_dir, [f"total_env_steps={trainer.env_steps + 64}"])
+    assert isinstance(resumed, AsyncTrainer) and resumed.model is not None
+    m, update, seen = resumed.model, resumed.agent.update, []
+
+    def note_the_model_buffer(batch: object) -> object:
+        seen.append(len(m.model_buffer))
+        return update(batch)  # type: ignore[arg-type]  # forwards the learner's batch
+
+    resumed.agent.update = note_the_model_buffer  # type: ignore[method-assign]  # a wrapping spy
+    resumed.run()
+    assert seen and seen[0] > 0  # the first resumed update already mixes in model data
+    assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
+
+
 def test_a_stop_after_the_last_env_step_is_finished_by_the_resume(tiny_config: Callable[..., Config],
                                                                   thread_baseline: int) -> None:
     """Ctrl-C once every env step is in, but before the learner's last updates (up to max_lead * utd_ratio
