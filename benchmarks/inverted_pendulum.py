@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import shutil
 import signal
 import statistics
 import subprocess
@@ -37,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from locomotion import KEPT, machine  # noqa: E402 (after the path: run as a script from anywhere)
+from locomotion import export, machine  # noqa: E402 (after the path: run as a script from anywhere)
 
 from mbpo.checkpoint import list_checkpoints  # noqa: E402
 
@@ -140,11 +139,7 @@ def run_all(args: argparse.Namespace, root: Path) -> None:
             for seed in args.seeds:
                 for learner in VARIANTS:
                     if _info(run_dir := root / f"{learner}-s{seed}").get("done"):
-                        dest = args.results / run_dir.name
-                        dest.mkdir(parents=True, exist_ok=True)
-                        for name in KEPT:
-                            if (run_dir / name).is_file():
-                                shutil.copy2(run_dir / name, dest / name)
+                        export(run_dir, args.results / run_dir.name)
 
 
 def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:

@@ -159,9 +159,8 @@ def _done(run_dir: Path) -> bool:
         return False
 
 
-def export(run_dir: Path, results: Path, env: str) -> None:
-    """Copy a finished run's small text files to ``results/<env>/<run>/`` (for the repository)."""
-    dest = results / env / run_dir.name
+def export(run_dir: Path, dest: Path) -> None:
+    """Copy a finished run's small text files (no checkpoints) to ``dest`` (for the repository)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEPT:
         if (run_dir / name).is_file():
@@ -375,7 +374,7 @@ def main() -> None:
                 else:
                     run_ours(args.env, learner, seed, run_dir)
                 if args.results is not None and _done(run_dir):
-                    export(run_dir, args.results, args.env)
+                    export(run_dir, args.results / args.env / run_dir.name)
     print(json.dumps(report(args.env, root, args.seeds)))
 
 
