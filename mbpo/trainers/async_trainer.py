@@ -106,9 +106,10 @@ class AsyncTrainer(Trainer):
         self._started = self._stopped = False
         self._checkpoint_due = False
         self._loop_ended = False
-        """The loop reached its end: every env step in, every update and model fit it earned done."""
+        """The loop reached its end: every env step in, every update, model fit and evaluation they earned done."""
         self._cadence_env_steps: int | None = None
         """A resumed run's env steps the eval/log/checkpoint cadence had been checked up to."""
+        self._periodic_steps = 0  # this run's (set when it starts)
 
     # -- construction helpers -----------------------------------------------------------
     def _make_env(self) -> envs.VecEnv:
@@ -177,8 +178,17 @@ class AsyncTrainer(Trainer):
         try:
             with StopOnSignals(self.stop_event) as signals:
                 self._start()
+                evaluated = False
                 try:
                     self._loop()
+                    if self._loop_ended:
+                        # The final policy (after the last updates) is evaluated when the cadence reaches the end,
+                        # as the SyncTrainer does (an eval the cadence does not ask for is not free), before the
+                        # final checkpoint, which then holds a finished run; a stopped run's resume catches up.
+                        evaluated = self.due(self._periodic_steps, self.env_steps).evaluate
+                        if evaluated:
+                            self._evaluate()
+                        self._periodic_steps = self.env_steps
                 finally:
                     failing = sys.exc_info()[0] is not None
                     try:
@@ -189,11 +199,6 @@ class AsyncTrainer(Trainer):
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
                         self._final_checkpoint(announce=signals.signum is not None or failing)
-                # The final policy (after the last updates) is evaluated when the cadence reaches the end,
-                # as the SyncTrainer does: an eval the cadence does not ask for is not free.
-                evaluated = signals.signum is None and self.due(self._periodic_steps, self.env_steps).evaluate
-                if evaluated:
-                    self._evaluate()
                 row = self._log(logger, evaluated=evaluated)
                 self._progress()  # the bar ends at the env steps really taken
             if signals.signum is not None:
@@ -211,9 +216,10 @@ class AsyncTrainer(Trainer):
         g.reserved = self.env_steps
         g.ingested = self.env_steps - g.discarded  # dropped batches are env steps that never reached the buffer
         g.updates = self.updates_issued
-        g.trainings = 0 if self.model is None else self.model.trainings
         if self.model is not None:
             g.model_start = self.model.budget_start  # from the checkpoint's model, which may predate today's rule
+            # at most what the data earned: a checkpoint from before the one-per-vector-step rule counted more
+            g.trainings = min(self.model.trainings, g.trainings_earned())
 
     def _start(self) -> None:
         self._gate_from_counters()
@@ -400,11 +406,11 @@ class AsyncTrainer(Trainer):
                   f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "
                   "with the process)", file=sys.stderr)
 
-    def finished(self) -> bool:
-        """All env steps are in and the loop ended: a stop after the last env step leaves the learner owing
-        up to ``max_lead * utd_ratio`` updates, maybe a model fit, and the final evaluation, which a resume does.
+    def work_owed(self) -> bool:
+        """Until the loop ends, the learner owes the newest batches' updates (up to ``max_lead * utd_ratio``),
+        maybe a model fit, and the final evaluation: a stop after the last env step leaves them to the resume.
         """
-        return self._loop_ended and super().finished()
+        return not self._loop_ended
 
     def _trainer_state(self) -> dict[str, Any]:
         cadence = self._periodic_steps if self._started else self.env_steps

@@ -298,12 +298,14 @@ class Trainer:
             "last_eval_return": self.last_eval_return,
             "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
-            "finished": self.finished(),
+            "work_owed": self.work_owed(),
         }
 
-    def finished(self) -> bool:
-        """The run reached ``total_env_steps`` with nothing owed: resuming it has nothing left to do."""
-        return self.env_steps >= self.config.total_env_steps
+    def work_owed(self) -> bool:
+        """Work the env steps taken have earned but not had (updates, a model fit, an evaluation): a resume
+        at ``total_env_steps`` does it. None here: the sync trainer stops between whole vector steps.
+        """
+        return False
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -50,8 +50,8 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     if config.total_env_steps < steps:
         raise ConfigError(f"total_env_steps={config.total_env_steps} is below the {steps} env steps {run_dir} has "
                           f"already taken; expected total_env_steps > {steps} to train longer")
-    finished = bool(state["trainer"].get("finished", True))  # older checkpoints: done at total_env_steps
-    if steps >= config.total_env_steps and finished:
+    owed = bool(state["trainer"].get("work_owed", False))  # older checkpoints: done at total_env_steps
+    if steps >= config.total_env_steps and not owed:
         raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
                              f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
                              f"total_env_steps=<more than {steps}>")

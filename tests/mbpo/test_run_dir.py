@@ -118,6 +118,21 @@ def test_resuming_a_finished_run_writes_nothing_and_a_shorter_run_is_refused(
     assert files(run) == before
 
 
+def test_a_sync_checkpoint_resumed_at_its_own_env_steps_is_done(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The sync trainer stops between whole vector steps: a mid-run checkpoint owes nothing, so a resume with
+    total_env_steps at its env steps has nothing to do and writes nothing.
+    """
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=300") == 0
+    (run / "checkpoints/ckpt_000000000300.pt").unlink()  # the newest is now the mid-run one at 150
+    before = files(run)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=150"]) == 0
+    assert "is already done (150 of total_env_steps=150 env steps)" in capsys.readouterr().err
+    assert files(run) == before
+
+
 def test_each_resume_is_logged_and_config_yaml_keeps_the_start(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert train(run, "total_env_steps=300") == 0

@@ -422,6 +422,46 @@ def test_an_async_run_resumes_from_its_checkpoint(tiny_config: Callable[..., Con
     assert resumed.updates_issued == 2 * (512 - 63)  # the ratio carries on across the resume
 
 
+def test_a_finished_run_trained_longer_evaluates_on_its_cadence_only(tiny_config: Callable[..., Config],
+                                                                     thread_baseline: int) -> None:
+    """The final evaluation is part of the finished run's checkpoint: training it longer does not evaluate
+    again right after the resume (off the cadence), only at the next multiples of eval_every.
+    """
+    from mbpo.metrics import read_metrics
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("eval_every=128", "runtime.num_collectors=1")
+    AsyncTrainer(cfg, cfg.run_dir).run()
+    resume_trainer(cfg.run_dir, ["total_env_steps=512"]).run()
+    evals = [int(r["env_steps"]) for r in read_metrics(f"{cfg.run_dir}/metrics.csv") if r["eval_return"]]
+    assert evals == [128, 256, 384, 512]
+
+
+def test_a_checkpoint_that_counted_a_training_per_multiple_resumes_fitting(tiny_config: Callable[..., Config],
+                                                                         thread_baseline: int) -> None:
+    """Checkpoints from before the one-training-per-vector-step rule counted one per multiple of train_freq
+    crossed: the resumed gate takes at most what the data earned, or the model thread would wait for the
+    count to catch up (num_envs / train_freq times the env steps taken).
+    """
+    cfg = tiny_config("env.num_envs=16", "model.enabled=true", "model.train_freq=8", "model.hidden_sizes=[16,16]",
+                      "model.weight_decay=[0.0,0.0,0.0]")
+    first = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        assert first.model is not None
+        first.env_steps = first.gate.ingested = 384
+        first.model.trainings = (384 - 56) // 8  # 41: one per multiple, as the old rule counted
+        state = first.state_dict()
+    finally:
+        first.close()
+    second = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        second.load_state_dict(state)
+        second._gate_from_counters()
+        assert second.gate.trainings == second.gate.trainings_earned() == 21 and second.gate.trainings_due() == 0
+    finally:
+        second.close()
+
+
 def test_a_resume_keeps_the_transitions_a_full_queue_dropped_out_of_the_learning_budget(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     """With runtime.queue_full=drop_oldest, env steps = ingested + discarded; a resume that took every env step
