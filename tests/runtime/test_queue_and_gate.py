@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -97,22 +98,21 @@ def test_the_lead_stops_growing_at_max_lead_but_never_drops_below_one_batch() ->
     assert gate.reserve(10, stop) == (50_100, 10)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3, 8, 16, 50, 64, 100])
-@pytest.mark.parametrize("train_freq", [1, 8, 16, 50])
-@pytest.mark.parametrize("learning_starts", [0, 10, 64, 120])
-def test_model_trainings_are_one_per_vector_step_that_crosses_a_multiple_of_train_freq(
-        num_envs: int, train_freq: int, learning_starts: int) -> None:
+def test_model_trainings_are_one_per_vector_step_that_crosses_a_multiple_of_train_freq() -> None:
     """The sync trainer fits once after a vector step however many multiples of train_freq it crossed; the
     count both trainers budget by says the same, vector step by vector step (a wide step earns one, not many).
     """
     from mbpo.model_based import budget_start, trainings_earned
 
-    start = budget_start(train_freq, learning_starts)
-    fits = 0
-    for k in range(1, 40):
-        before, after = (k - 1) * num_envs, k * num_envs
-        fits += any(m > start for m in range(after - after % train_freq, before, -train_freq))  # a multiple crossed
-        assert trainings_earned(after, train_freq, start, num_envs) == fits, k
+    for num_envs, train_freq, learning_starts in itertools.product([1, 3, 8, 16, 50, 64, 100], [1, 8, 16, 50],
+                                                                    [0, 10, 64, 120]):
+        start = budget_start(train_freq, learning_starts)
+        fits = 0
+        for k in range(1, 40):
+            before, after = (k - 1) * num_envs, k * num_envs
+            fits += any(m > start for m in range(after - after % train_freq, before, -train_freq))  # one crossed
+            assert trainings_earned(after, train_freq, start, num_envs) == fits, (num_envs, train_freq,
+                                                                                  learning_starts, k)
 
 
 def test_model_trainings_start_at_learning_starts() -> None:
