@@ -303,7 +303,7 @@ class Trainer:
 
     def work_owed(self) -> bool:
         """Work the env steps taken have earned but not had (updates, a model fit, an evaluation): a resume
-        at ``total_env_steps`` does it. None here: the sync trainer stops between whole vector steps.
+        at ``total_env_steps`` does it.
         """
         return False
 

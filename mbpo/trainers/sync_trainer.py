@@ -80,6 +80,15 @@ class SyncTrainer(Trainer):
         throughput = self._start_clock()
         row: dict[str, Any] = {}
         saved_at = -1
+        if self.work_owed() and self.env_steps >= cfg.total_env_steps:  # stopped in the last step's fit
+            assert self.model is not None
+            self.model.after_collect(self.env_steps, self.env_steps, self.buffer, self.agent, should_stop=stop.is_set)
+            timing = throughput.row(self.env_steps, self.agent.num_updates)
+            self.wall_s = timing["wall_s"]
+            row = self._row(timing, False)  # the whole model's columns
+            logger.log(row)
+            self.save()
+            saved_at = self.env_steps
         while self.env_steps < cfg.total_env_steps and not stop.is_set():
             before = self.env_steps
             self._collect_step()
@@ -151,6 +160,10 @@ class SyncTrainer(Trainer):
             self._episode_return[done_cpu] = 0.0
 
     # -- checkpoint and resume ---------------------------------------------------
+    def work_owed(self) -> bool:
+        """A model fit a stop cut short (it is redone first; only at the last step is nothing else left)."""
+        return self.model is not None and self.model.fit_pending
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["trainer"] |= {

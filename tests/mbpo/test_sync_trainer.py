@@ -208,6 +208,43 @@ def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(t
     assert resumed.model.rollouts_started == full.model.rollouts_started  # type: ignore[union-attr]
 
 
+def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: Path) -> None:
+    """SIGTERM during the fit of the last vector step: the run's env steps are all taken, but its model is
+    half-fitted; the resume fits again (a finished run holds a whole model), and only then is the run done.
+    """
+    from mbpo.trainers import RunAlreadyDone, resume_trainer
+
+    full = SyncTrainer(tiny(tmp_path / "full", *VARIANTS["mbpo"]), tmp_path / "full")
+    full.run()
+    cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"]), tmp_path / "cut")
+    assert cut.model is not None
+    model, train_step = cut.model, cut.model.ensemble.train_step
+
+    def signalling_train_step(*args: torch.Tensor) -> torch.Tensor:
+        if cut.env_steps == 400 and cut.exit_code == 0 and not model.fit_pending:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before this gradient step runs; the fit stops after it
+        return train_step(*args)
+
+    model.ensemble.train_step = signalling_train_step  # type: ignore[method-assign]  # a fault in the last fit
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        cut.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cut.exit_code == 143 and cut.env_steps == 400 and model.fit_pending
+    resumed = resume_trainer(tmp_path / "cut")
+    assert resumed.model is not None
+    fits: list[int] = []
+    fit = resumed.model.ensemble.fit
+    resumed.model.ensemble.fit = lambda *a, **k: fits.append(resumed.env_steps) or fit(*a, **k)  # type: ignore[method-assign]
+    resumed.run()
+    assert fits == [400] and not resumed.model.fit_pending
+    assert resumed.model.trainings == full.model.trainings  # type: ignore[union-attr]
+    assert resumed.agent.num_updates == full.agent.num_updates  # the updates were all done before the stop
+    with pytest.raises(RunAlreadyDone):
+        resume_trainer(tmp_path / "cut")
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_training_leaves_every_weight_outside_autograd(tmp_path: Path, variant: str) -> None:
     """An in-place weight update that autograd records (e.g. a target-net step from weights that require grad)
