@@ -168,6 +168,29 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint_and_a_resume_ends_where_
     assert [k for k in a if not torch.equal(a[k], b[k])] == []
 
 
+def run_with_sigterm_in_the_fit_at(trainer: SyncTrainer, env_steps: int) -> dict[str, int]:
+    """Run ``trainer`` with a SIGTERM at the first gradient step of its model fit at ``env_steps``; returns the
+    model's trainings and rollouts just before that fit.
+    """
+    model = trainer.model
+    assert model is not None
+    train_step, before = model.ensemble.train_step, {}
+
+    def signalling_train_step(*args: torch.Tensor) -> torch.Tensor:
+        if trainer.env_steps == env_steps and not before:
+            before.update(trainings=model.trainings, rollouts=model.rollouts_started)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before this gradient step runs; the fit stops after it
+        return train_step(*args)
+
+    model.ensemble.train_step = signalling_train_step  # type: ignore[method-assign]  # a fault in this fit only
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        trainer.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return before
+
+
 @pytest.mark.reliability
 def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(tmp_path: Path) -> None:
     """SIGTERM during the model fit at 300 env steps: the half-fitted ensemble feeds no rollouts, and the resume
@@ -176,22 +199,9 @@ def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(t
     full = SyncTrainer(tiny(tmp_path / "full", *VARIANTS["mbpo"]), tmp_path / "full")
     full.run()
     cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"]), tmp_path / "cut")
-    assert cut.model is not None
-    model, train_step = cut.model, cut.model.ensemble.train_step
-    before: dict[str, int] = {}
-
-    def signalling_train_step(*args: torch.Tensor) -> torch.Tensor:
-        if cut.env_steps == 300 and not before:
-            before.update(trainings=model.trainings, rollouts=model.rollouts_started)
-            os.kill(os.getpid(), signal.SIGTERM)  # handled before this gradient step runs; the fit stops after it
-        return train_step(*args)
-
-    model.ensemble.train_step = signalling_train_step  # type: ignore[method-assign]  # a fault in this fit only
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        cut.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    model = cut.model
+    assert model is not None
+    before = run_with_sigterm_in_the_fit_at(cut, 300)
     assert cut.exit_code == 143 and cut.env_steps == 300 and model.last_fit["stopped_by"] == "stop"
     assert (model.trainings, model.rollouts_started) == (before["trainings"], before["rollouts"])
     resumed = SyncTrainer.resume(tmp_path / "cut", [])
@@ -208,6 +218,7 @@ def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(t
     assert resumed.model.rollouts_started == full.model.rollouts_started  # type: ignore[union-attr]
 
 
+@pytest.mark.reliability
 def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: Path) -> None:
     """SIGTERM during the fit of the last vector step: the run's env steps are all taken, but its model is
     half-fitted; the resume fits again (a finished run holds a whole model), and only then is the run done.
@@ -217,20 +228,9 @@ def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: 
     full = SyncTrainer(tiny(tmp_path / "full", *VARIANTS["mbpo"]), tmp_path / "full")
     full.run()
     cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"]), tmp_path / "cut")
-    assert cut.model is not None
-    model, train_step = cut.model, cut.model.ensemble.train_step
-
-    def signalling_train_step(*args: torch.Tensor) -> torch.Tensor:
-        if cut.env_steps == 400 and cut.exit_code == 0 and not model.fit_pending:
-            os.kill(os.getpid(), signal.SIGTERM)  # handled before this gradient step runs; the fit stops after it
-        return train_step(*args)
-
-    model.ensemble.train_step = signalling_train_step  # type: ignore[method-assign]  # a fault in the last fit
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        cut.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    model = cut.model
+    assert model is not None
+    run_with_sigterm_in_the_fit_at(cut, 400)
     assert cut.exit_code == 143 and cut.env_steps == 400 and model.fit_pending
     resumed = resume_trainer(tmp_path / "cut")
     assert resumed.model is not None

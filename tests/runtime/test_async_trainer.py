@@ -15,10 +15,34 @@ from envs.faults import FaultyEnv
 from mbpo.buffers import NEXT_OBS, OBS, REWARD
 from mbpo.config import Config, rollouts_per_transition, updates_per_transition
 from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
+from mbpo.runtime.gate import RatioGate
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import snapshot_batches
 
 pytestmark = pytest.mark.timeout(120)
+
+MODEL = ("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4", "model.hidden_sizes=[16,16]",
+         "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3", "model.epoch_length=64")
+"""A small MBPO model: a training every 64 env steps, each fit a few epochs."""
+
+
+def gate_after_resume(cfg: Config, counters: Callable[[AsyncTrainer], None]) -> tuple[RatioGate, int]:
+    """The gate (and learning_env_steps) a resume builds from a checkpoint of a trainer whose counters
+    ``counters`` set: the resume's arithmetic, without a run.
+    """
+    first = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        counters(first)
+        state = first.state_dict()
+    finally:
+        first.close()
+    second = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        second.load_state_dict(state)
+        second._gate_from_counters()
+        return second.gate, second.learning_env_steps
+    finally:
+        second.close()
 
 
 def test_async_sac_run_keeps_the_update_ratio_and_closes_every_thread(
@@ -156,9 +180,7 @@ def test_debug_mode_runs_one_collector_with_checks_and_says_what_is_on(
 
 def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Callable[..., Config],
                                                                  thread_baseline: int, backend: str) -> None:
-    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
-                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64", f"runtime.backend={backend}")
+    cfg = tiny_config(*MODEL, f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert trainer.model is not None
@@ -184,9 +206,7 @@ def test_a_finished_run_waits_for_the_last_model_training_it_earned(tiny_config:
     """
     import threading
 
-    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
-                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64")
+    cfg = tiny_config(*MODEL)
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     model = trainer.model
     assert model is not None
@@ -219,9 +239,7 @@ def test_a_checkpoint_due_during_a_model_fit_is_written_after_it_without_failing
     """A periodic checkpoint used to wait at most runtime.shutdown_timeout_s for the model thread's
     cycle, then raise TimeoutError and end the run: any fit longer than that (minutes, on a big buffer).
     """
-    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
-                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64", "runtime.shutdown_timeout_s=1", "checkpoint.keep=10")
+    cfg = tiny_config(*MODEL, "runtime.shutdown_timeout_s=1", "checkpoint.keep=10")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     assert trainer.model is not None and trainer.model_worker is not None
     worker, fit = trainer.model_worker, trainer.model.train
@@ -267,9 +285,7 @@ def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
     """
     from mbpo.trainers import resume_trainer
 
-    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
-                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64", "total_env_steps=100000")
+    cfg = tiny_config(*MODEL, "total_env_steps=100000")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     model = trainer.model
     assert model is not None
@@ -300,9 +316,7 @@ def test_a_stop_between_the_first_fit_and_its_rollouts_makes_them_first_on_resum
     """
     from mbpo.trainers import resume_trainer
 
-    cfg = tiny_config("model.enabled=true", "model.train_freq=64", "model.rollouts_per_real=4",
-                      "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=3",
-                      "model.epoch_length=64", "total_env_steps=100000")
+    cfg = tiny_config(*MODEL, "total_env_steps=100000")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     model = trainer.model
     assert model is not None
@@ -338,9 +352,7 @@ def test_a_stop_after_the_last_env_step_is_finished_by_the_resume(tiny_config: C
     from mbpo.metrics import read_metrics
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
-    cfg = tiny_config("agent.utd_ratio=2", "eval_every=128", "model.enabled=true", "model.train_freq=64",
-                      "model.rollouts_per_real=4", "model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]",
-                      "model.max_epochs=3", "model.epoch_length=64")
+    cfg = tiny_config(*MODEL, "agent.utd_ratio=2", "eval_every=128")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     update, sent = trainer.agent.update, []
 
@@ -445,21 +457,13 @@ def test_a_checkpoint_that_counted_a_training_per_multiple_resumes_fitting(tiny_
     """
     cfg = tiny_config("env.num_envs=16", "model.enabled=true", "model.train_freq=8", "model.hidden_sizes=[16,16]",
                       "model.weight_decay=[0.0,0.0,0.0]")
-    first = AsyncTrainer(cfg, cfg.run_dir)
-    try:
-        assert first.model is not None
-        first.env_steps = first.gate.ingested = 384
-        first.model.trainings = (384 - 56) // 8  # 41: one per multiple, as the old rule counted
-        state = first.state_dict()
-    finally:
-        first.close()
-    second = AsyncTrainer(cfg, cfg.run_dir)
-    try:
-        second.load_state_dict(state)
-        second._gate_from_counters()
-        assert second.gate.trainings == second.gate.trainings_earned() == 21 and second.gate.trainings_due() == 0
-    finally:
-        second.close()
+    def counted_per_multiple(trainer: AsyncTrainer) -> None:
+        assert trainer.model is not None
+        trainer.env_steps = trainer.gate.ingested = 384
+        trainer.model.trainings = (384 - 56) // 8  # 41: one per multiple, as the old rule counted
+
+    gate, _ = gate_after_resume(cfg, counted_per_multiple)
+    assert gate.trainings == gate.trainings_earned() == 21 and gate.trainings_due() == 0
 
 
 def test_a_resume_keeps_the_transitions_a_full_queue_dropped_out_of_the_learning_budget(
@@ -468,22 +472,13 @@ def test_a_resume_keeps_the_transitions_a_full_queue_dropped_out_of_the_learning
     as ingested would issue discarded * utd_ratio updates for data the buffer never held.
     """
     cfg = tiny_config("runtime.queue_full=drop_oldest", "agent.utd_ratio=2")
-    first = AsyncTrainer(cfg, cfg.run_dir)
-    try:
-        first.env_steps, first.gate.ingested, first.gate.discarded = 160, 128, 32  # as after one dropped batch
-        first.learning_env_steps = first.gate.learning_transitions()
-        state = first.state_dict()
-    finally:
-        first.close()
-    second = AsyncTrainer(cfg, cfg.run_dir)
-    try:
-        second.load_state_dict(state)
-        second._gate_from_counters()
-        g = second.gate
-        assert (g.reserved, g.ingested, g.discarded) == (160, 128, 32)
-        assert g.updates_earned() == 2 * (128 - 63) == 2 * second.learning_env_steps
-    finally:
-        second.close()
+    def one_batch_dropped(trainer: AsyncTrainer) -> None:
+        trainer.env_steps, trainer.gate.ingested, trainer.gate.discarded = 160, 128, 32
+        trainer.learning_env_steps = trainer.gate.learning_transitions()
+
+    g, learning_env_steps = gate_after_resume(cfg, one_batch_dropped)
+    assert (g.reserved, g.ingested, g.discarded) == (160, 128, 32)
+    assert g.updates_earned() == 2 * (128 - 63) == 2 * learning_env_steps
 
 
 @pytest.mark.parametrize("eval_every", [128, 10_000])
@@ -612,8 +607,6 @@ def test_runtime_max_lead_caps_how_far_collectors_run_ahead_of_the_learner(
     """Every batch a collector is granted leaves the learner at most max_lead transitions of updates behind,
     and the cap is what binds once 10% of the run exceeds it (without it the lead grows with the run).
     """
-    from mbpo.runtime.gate import RatioGate
-
     cfg = tiny_config("agent.learning_starts=64", "total_env_steps=1024", "runtime.collection_batch_size=16",
                       "runtime.max_lead=48", "agent.utd_ratio=0.5")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
