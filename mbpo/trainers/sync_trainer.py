@@ -80,15 +80,16 @@ class SyncTrainer(Trainer):
         throughput = self._start_clock()
         row: dict[str, Any] = {}
         saved_at = -1
-        if self.work_owed() and self.env_steps >= cfg.total_env_steps:  # stopped in the last step's fit
-            assert self.model is not None
+        if self.work_owed():  # a stop cut a fit short: fit again first, on the data it had (not merged with the
+            assert self.model is not None  # next step's training, which would lose one), then roll out
             self.model.after_collect(self.env_steps, self.env_steps, self.buffer, self.agent, should_stop=stop.is_set)
-            timing = throughput.row(self.env_steps, self.agent.num_updates)
-            self.wall_s = timing["wall_s"]
-            row = self._row(timing, False)  # the whole model's columns
-            logger.log(row)
-            self.save()
-            saved_at = self.env_steps
+            if self.env_steps >= cfg.total_env_steps and not self.model.fit_pending:  # it was the last step's fit
+                timing = throughput.row(self.env_steps, self.agent.num_updates)
+                self.wall_s = timing["wall_s"]
+                row = self._row(timing, False)  # the whole model's columns
+                logger.log(row)
+                self.save()
+                saved_at = self.env_steps
         while self.env_steps < cfg.total_env_steps and not stop.is_set():
             before = self.env_steps
             self._collect_step()

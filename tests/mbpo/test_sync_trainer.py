@@ -212,11 +212,27 @@ def test_a_fit_cut_short_by_a_signal_makes_no_rollouts_and_is_redone_on_resume(t
     resumed.model.ensemble.fit = lambda *a, **k: fits.append(resumed.env_steps) or fit(*a, **k)  # type: ignore[method-assign]
     resumed.model.measure_health = lambda *a: measured.append(resumed.env_steps) or measure(*a)  # type: ignore[method-assign]
     resumed.run()
-    assert fits == [302, 400]  # the cut fit again at the first step, then the 400 one
+    assert fits == [300, 400]  # the cut fit again before the first step, then the 400 one
     assert measured == [400]  # the cut fit trained on the new rows: its health was measured before it, not again
     assert resumed.model.trainings == full.model.trainings  # type: ignore[union-attr]
     assert resumed.model.rollouts_started == full.model.rollouts_started  # type: ignore[union-attr]
 
+
+@pytest.mark.reliability
+def test_a_fit_cut_short_where_every_step_trains_is_not_merged_into_the_next(tmp_path: Path) -> None:
+    """With ``num_envs >= train_freq`` every vector step trains: a resume that redid the cut fit inside the
+    next step's training would make one fit of two, and the run would end one training short.
+    """
+    wide = (*VARIANTS["mbpo"], "env.num_envs=16", "model.train_freq=16")
+    full = SyncTrainer(tiny(tmp_path / "full", *wide), tmp_path / "full")
+    full.run()
+    cut = SyncTrainer(tiny(tmp_path / "cut", *wide), tmp_path / "cut")
+    run_with_sigterm_in_the_fit_at(cut, 208)
+    assert cut.exit_code == 143 and cut.env_steps == 208 and cut.model is not None and cut.model.fit_pending
+    resumed = SyncTrainer.resume(tmp_path / "cut", [])
+    resumed.run()
+    assert resumed.model is not None and full.model is not None
+    assert resumed.model.trainings == full.model.trainings
 
 @pytest.mark.reliability
 def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: Path) -> None:
