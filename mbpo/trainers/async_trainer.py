@@ -106,7 +106,11 @@ class AsyncTrainer(Trainer):
         self._started = self._stopped = False
         self._checkpoint_due = False
         self._loop_ended = False
-        """The loop reached its end: every env step in, every update, model fit and evaluation they earned done."""
+        """The loop reached its end: every env step in, every update and model fit they earned done."""
+        self._finished = False
+        """The loop ended and the final evaluation (where the cadence asks for one) is done: nothing is owed."""
+        self._waiting_for_owed_rollouts = False
+        """A resume found a fit's rollouts owed (a stop came between them): the learner waits for them."""
         self._cadence_env_steps: int | None = None
         """A resumed run's env steps the eval/log/checkpoint cadence had been checked up to."""
         self._periodic_steps = 0  # this run's (set when it starts)
@@ -189,6 +193,7 @@ class AsyncTrainer(Trainer):
                         if evaluated:
                             self._evaluate()
                         self._periodic_steps = self.env_steps
+                        self._finished = True
                 finally:
                     failing = sys.exc_info()[0] is not None
                     try:
@@ -229,6 +234,7 @@ class AsyncTrainer(Trainer):
         # without checking it: its resume catches up, and does the final evaluation a stop at the end skipped)
         self._periodic_steps = self.env_steps if self._cadence_env_steps is None else self._cadence_env_steps
         self._busy_row = self._model_busy_row = 0.0  # busy seconds at the last row (busy columns are per interval)
+        self._waiting_for_owed_rollouts = self.model is not None and self.model.rollouts_owed
         self._started = True
         self.pool.start()
         if self.model_worker is not None:
@@ -245,7 +251,8 @@ class AsyncTrainer(Trainer):
             if due > 0:
                 self._update(min(due, cfg.runtime.publish_every - self.updates_issued % cfg.runtime.publish_every))
             elif self.pool.finished and len(self.queue) == 0 and self.gate.updates_due() <= 0 \
-                    and self.gate.trainings_due() <= 0:  # the last fit ends (a finished run holds a whole model)
+                    and self.gate.trainings_due() <= 0 and not self._owed_rollouts_pending():
+                # the last fit and its rollouts end (a finished run holds a whole model)
                 self._loop_ended = True
                 break
             elif self.env_steps == before:
@@ -268,7 +275,15 @@ class AsyncTrainer(Trainer):
         if due > 0 and self.model is not None and len(self.model.model_buffer) == 0 \
                 and self.gate.trainings_earned() > 0 and (self.gate.trainings == 0 or self.model.rollouts_owed):
             return 0  # the first model is due (or fitted, its rollouts not made): wait for them, as the sync trainer
+        if due > 0 and self._owed_rollouts_pending():
+            return 0  # a resume's owed rollouts come first, as the sync trainer makes a fit's before its updates
         return due
+
+    def _owed_rollouts_pending(self) -> bool:
+        """The rollouts a resume found owed are not made yet (the model thread makes them before anything else)."""
+        if self._waiting_for_owed_rollouts and self.model is not None and not self.model.rollouts_owed:
+            self._waiting_for_owed_rollouts = False
+        return self._waiting_for_owed_rollouts
 
     def _ingest(self, item: CollectorBatch) -> None:
         data = item.data
@@ -408,9 +423,10 @@ class AsyncTrainer(Trainer):
 
     def work_owed(self) -> bool:
         """Until the loop ends, the learner owes the newest batches' updates (up to ``max_lead * utd_ratio``),
-        maybe a model fit, and the final evaluation: a stop after the last env step leaves them to the resume.
+        maybe a model fit or its rollouts, and then the final evaluation: a stop (or a failure) before they are
+        all done leaves them to the resume.
         """
-        return not self._loop_ended
+        return not self._finished
 
     def _trainer_state(self) -> dict[str, Any]:
         cadence = self._periodic_steps if self._started else self.env_steps

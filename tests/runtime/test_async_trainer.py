@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -204,8 +205,6 @@ def test_a_finished_run_waits_for_the_last_model_training_it_earned(tiny_config:
     """The SyncTrainer trains at its last step; the async run must not end (and cut that fit short) while
     the model thread still owes it: here the last fit starts only once every update is done.
     """
-    import threading
-
     cfg = tiny_config(*MODEL)
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     model = trainer.model
@@ -309,39 +308,103 @@ def test_a_fit_cut_short_by_a_stop_is_redone_on_resume_and_no_rollouts_are_lost(
     assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
 
 
-def test_a_stop_between_the_first_fit_and_its_rollouts_makes_them_first_on_resume(
-        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
-    """The first fit is done (and counted) when the stop comes, its rollouts are not: the resumed learner waits
-    for them, as for the first model, instead of training on real data alone until the next fit.
-    """
-    from mbpo.trainers import resume_trainer
-
-    cfg = tiny_config(*MODEL, "total_env_steps=100000")
+def stopped_after_fit(cfg: Config, fits: int) -> AsyncTrainer:
+    """Run until the ``fits``-th model fit is done (and counted), then stop before its rollouts."""
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     model = trainer.model
     assert model is not None
     fit = model.ensemble.fit
 
-    def stop_once_the_first_fit_is_done(*args: torch.Tensor, **kwargs: object) -> dict[str, object]:
+    def stop_once_the_fit_is_done(*args: torch.Tensor, **kwargs: object) -> dict[str, object]:
         result = fit(*args, **kwargs)  # type: ignore[arg-type]  # forwards what ModelBased.train passed
-        trainer.stop_event.set()  # what a signal sets, after the fit's last gradient step
+        if model.trainings == fits - 1:  # this fit is the fits-th (train() counts it on return)
+            trainer.stop_event.set()  # what a signal sets, after the fit's last gradient step
         return result
 
-    model.ensemble.fit = stop_once_the_first_fit_is_done  # type: ignore[method-assign]  # a wrapping spy
+    model.ensemble.fit = stop_once_the_fit_is_done  # type: ignore[method-assign]  # a wrapping spy
     trainer.run()
-    assert (model.trainings, model.rollouts_started, len(model.model_buffer)) == (1, 0, 0)
+    assert model.trainings == fits and model.rollouts_owed
+    return trainer
+
+
+def hold_the_owed_rollouts_until(trainer: AsyncTrainer, event: threading.Event) -> None:
+    """The resume's owed rollouts wait (at most 2 s) for ``event``: whatever the trainer lets happen before
+    they are made, happens in that time. Set by the learner's first update or the run's stop, it is never
+    set where the trainer waits for them, which then costs the 2 s.
+    """
+    model = trainer.model
+    assert model is not None
+    fresh_rows = model.fresh_rows
+
+    def held(*args: object) -> torch.Tensor:  # the owed cycle calls it before its stop check and rollouts
+        event.wait(2.0)
+        return fresh_rows(*args)  # type: ignore[arg-type]  # forwards the model thread's arguments
+
+    model.fresh_rows = held  # type: ignore[method-assign]  # a wrapping spy
+
+
+@pytest.mark.parametrize("fits", [1, 2])
+def test_a_stop_between_a_fit_and_its_rollouts_makes_them_first_on_resume(
+        tiny_config: Callable[..., Config], thread_baseline: int, fits: int) -> None:
+    """A fit is done (and counted) when the stop comes, its rollouts are not: the resumed learner waits for
+    them, as for the first model, instead of training on model data older than the model it has.
+    """
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config(*MODEL, "total_env_steps=100000")
+    trainer = stopped_after_fit(cfg, fits)
     resumed = resume_trainer(cfg.run_dir, [f"total_env_steps={trainer.env_steps + 64}"])
     assert isinstance(resumed, AsyncTrainer) and resumed.model is not None
-    m, update, seen = resumed.model, resumed.agent.update, []
+    m, update, seen, updated = resumed.model, resumed.agent.update, [], threading.Event()
 
-    def note_the_model_buffer(batch: object) -> object:
-        seen.append(len(m.model_buffer))
+    def note_the_model(batch: object) -> object:
+        seen.append((m.rollouts_owed, len(m.model_buffer)))
+        updated.set()
         return update(batch)  # type: ignore[arg-type]  # forwards the learner's batch
 
-    resumed.agent.update = note_the_model_buffer  # type: ignore[method-assign]  # a wrapping spy
+    resumed.agent.update = note_the_model  # type: ignore[method-assign]  # a wrapping spy
+    hold_the_owed_rollouts_until(resumed, updated)
     resumed.run()
-    assert seen and seen[0] > 0  # the first resumed update already mixes in model data
+    assert seen and seen[0][0] is False and seen[0][1] > 0  # the first resumed update mixes in the new model's data
     assert m.rollouts_started == 4 * (m.last_rollout_env_steps - m.budget_start)
+
+
+def test_a_resume_at_the_end_makes_the_owed_rollouts_before_the_run_is_done(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """A resume with no env steps left still makes the rollouts a stop left owed before it calls the run
+    finished: the final checkpoint holds a whole model, as it does after an unbroken run.
+    """
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config(*MODEL, "total_env_steps=100000")
+    trainer = stopped_after_fit(cfg, 2)
+    resumed = resume_trainer(cfg.run_dir, [f"total_env_steps={trainer.env_steps}"])
+    assert isinstance(resumed, AsyncTrainer) and resumed.model is not None
+    hold_the_owed_rollouts_until(resumed, resumed.stop_event)
+    resumed.run()
+    assert resumed.exit_code == 0 and not resumed.work_owed() and not resumed.model.rollouts_owed
+
+
+def test_a_final_evaluation_that_failed_is_owed_to_the_resume(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """The loop ended but the final evaluation raised: the checkpoint must not call the run finished."""
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("eval_every=128")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    evaluate = trainer._evaluate
+
+    def eval_env_dies_at_the_end(poll: Callable[[], None] | None = None) -> None:
+        if trainer.env_steps >= cfg.total_env_steps:
+            raise RuntimeError("the eval env crashed")
+        evaluate(poll)
+
+    trainer._evaluate = eval_env_dies_at_the_end  # type: ignore[method-assign]  # a fault in the final one
+    with pytest.raises(RuntimeError, match="eval env crashed"):
+        trainer.run()
+    resumed = resume_trainer(cfg.run_dir)  # not RunAlreadyDone
+    resumed.run()
+    assert resumed.last_eval_env_steps == cfg.total_env_steps and not resumed.work_owed()
 
 
 def test_a_stop_after_the_last_env_step_is_finished_by_the_resume(tiny_config: Callable[..., Config],
