@@ -120,11 +120,13 @@ def test_resuming_a_finished_run_writes_nothing_and_a_shorter_run_is_refused(
 
 def test_a_sync_checkpoint_resumed_at_its_own_env_steps_is_done(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """The sync trainer stops between whole vector steps: a mid-run checkpoint owes nothing, so a resume with
-    total_env_steps at its env steps has nothing to do and writes nothing.
+    """The sync trainer stops between whole vector steps: a mid-run checkpoint of an MBPO run owes nothing (its
+    fits are whole), so a resume with total_env_steps at its env steps has nothing to do and writes nothing.
     """
     run = tmp_path / "run"
-    assert train(run, "total_env_steps=300") == 0
+    assert train(run, "total_env_steps=300", "model.train_freq=50", "model.hidden_sizes=[16,16]",
+                 "model.weight_decay=[0,0,0]", "model.max_epochs=2", "model.rollouts_per_real=4", "agent.utd_ratio=2",
+                 config="configs/pendulum_mbpo.yaml") == 0
     (run / "checkpoints/ckpt_000000000300.pt").unlink()  # the newest is now the mid-run one at 150
     before = files(run)
     capsys.readouterr()
