@@ -85,6 +85,13 @@ def newest_indices(rb: ReplayBuffer, k: int) -> torch.Tensor:
     return torch.arange(cursor - k, cursor, device=rb.storage.device) % max(n, 1)
 
 
+def rows_written(rb: ReplayBuffer) -> int:
+    """Rows ever written to ``rb`` (a ring keeps fewer): torchrl's writer counts them, saves the count in its
+    state dict and restores it (no public getter).
+    """
+    return int(rb.writer._write_count)
+
+
 def replay_state(rb: ReplayBuffer) -> dict:
     """The filled part of a replay buffer plus writer and sampler RNG state: CPU tensors and plain data.
 

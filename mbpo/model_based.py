@@ -34,6 +34,7 @@ from mbpo.buffers import (
     TRANSITION_KEYS,
     ModelBuffer,
     newest_indices,
+    rows_written,
     sample_batches,
     sample_real,
 )
@@ -126,7 +127,11 @@ class ModelBased:
         """Env steps at the last rollouts."""
         self.last_fit: dict[str, Any] = {}
         self.last_train_env_steps = 0
-        """Env steps at the last training: the rows collected since are new to the ensemble."""
+        """Env steps at the last training."""
+        self.last_train_rows = 0
+        """Real rows written at the last training: the rows written since are new to the ensemble (fewer than the
+        env steps when transitions were dropped as non-finite, or held back for n-step returns)."""
+        self._rows_at_copy = 0
         self.fit_pending = False
         """The last fit was cut short by a stop: it is not counted, no rollouts came from its half-fitted
         ensemble, and the next chance to train (a resume) fits again, on or off a ``train_freq`` boundary."""
@@ -160,7 +165,7 @@ class ModelBased:
         if not (crossed or self.fit_pending) or len(real) < 2:
             return False
         data = real[: len(real)]
-        self.train(data, after, should_stop=should_stop, fresh=self.fresh_rows(real, after))
+        self.train(data, after, should_stop=should_stop, fresh=self.fresh_rows(real))
         if not self.fit_pending:
             self.rollout(data, after, policy)
         return True
@@ -176,11 +181,12 @@ class ModelBased:
         """
         return max(env_steps - self.clock_start, 0) / self.config.epoch_length
 
-    def fresh_rows(self, real: ReplayBuffer, env_steps: int) -> torch.Tensor:
-        """Indices (into ``real[: len(real)]``) of the newest real transitions, collected since the last
-        training (at most :data:`MAX_HEALTH_ROWS`); call it where that copy is taken.
+    def fresh_rows(self, real: ReplayBuffer) -> torch.Tensor:
+        """Indices (into ``real[: len(real)]``) of the real rows written since the last training (at most
+        :data:`MAX_HEALTH_ROWS`); call it where the training's copy of ``real`` is taken.
         """
-        return newest_indices(real, min(env_steps - self.last_train_env_steps, MAX_HEALTH_ROWS))
+        self._rows_at_copy = rows_written(real)
+        return newest_indices(real, min(self._rows_at_copy - self.last_train_rows, MAX_HEALTH_ROWS))
 
     def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None,
               fresh: torch.Tensor | None = None) -> None:
@@ -199,7 +205,7 @@ class ModelBased:
         if self.fit_pending:  # counted (and its rollouts made) when it is redone
             return
         self.trainings += 1
-        self.last_train_env_steps = env_steps
+        self.last_train_env_steps, self.last_train_rows = env_steps, self._rows_at_copy
         for key in self.fit_counts:
             self.fit_counts[key] += int(self.last_fit.get(key, 0))
         self.rollout_len = rollout_length(c.rollout_schedule, self.epoch(env_steps))
@@ -353,7 +359,8 @@ class ModelBased:
             "counters": {"trainings": self.trainings, "rollouts_started": self.rollouts_started,
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps,
-                         "last_train_env_steps": self.last_train_env_steps, "fit_counts": dict(self.fit_counts),
+                         "last_train_env_steps": self.last_train_env_steps, "last_train_rows": self.last_train_rows,
+                         "fit_counts": dict(self.fit_counts),
                          "fit_pending": self.fit_pending,
                          "budget_start": self.budget_start, "clock_start": self.clock_start,
                          "health": dict(self.health),
@@ -379,7 +386,9 @@ class ModelBased:
         # A run checkpointed before trainings started at learning_starts counted its budgets and its epochs
         # from env step 0: it goes on counting that way.
         self.budget_start = self.clock_start = 0
-        for key, value in state["counters"].items():
+        counters = state["counters"]
+        self.last_train_rows = counters.get("last_train_env_steps", 0)  # older checkpoints: a row per env step
+        for key, value in counters.items():
             setattr(self, key, value)
         if isinstance(self.last_rollout, dict):
             self.last_rollout = RolloutStats(**self.last_rollout)

@@ -71,7 +71,7 @@ class ModelWorker(ThreadWorker):
                     self.lane.wait_default()  # the learner's writes to the replay buffer come first
                     env_steps = self.gate.ingested if fit else self.model.last_train_env_steps
                     data = self.real[: len(self.real)].clone()
-                    fresh = self.model.fresh_rows(self.real, env_steps)
+                    fresh = self.model.fresh_rows(self.real)
                     self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
                 if fit and data.shape[0] < 2:
                     self.gate.add(trainings=1)

@@ -183,8 +183,11 @@ def test_the_critic_bias_is_exact_on_a_task_with_a_known_value(offset: float, bo
     assert bias["q_bias_reward"] == pytest.approx(offset, abs=1e-4)
 
 
-def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
-    """The first training has nothing new to measure; from the second on, rows new to the ensemble do."""
+@pytest.mark.parametrize("dropped_every", [0, 10])
+def test_model_health_reaches_the_metrics_after_the_second_training(dropped_every: int) -> None:
+    """The first training has nothing new to measure; from the second on, rows new to the ensemble do: the rows
+    written since the last training, also where env steps wrote no row (a non-finite transition dropped).
+    """
     cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]",
                              "model.train_freq=100", "model.max_epochs=5", "model.rollouts_per_real=2",
                              "model.ensemble_size=3", "model.num_elites=2"]).model
@@ -204,15 +207,18 @@ def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
             return (noise < 0.5).long()
 
     policy = RandomPolicy()
-    rows_seen = []
+    rows_seen, rows_at_training = [], []
     for step in range(1, 251):
         action = torch.randint(2, (1,), generator=g)
         nxt, reward, terminated, truncated, info = env.step(action)
-        real.extend(real_transitions(obs, action, reward, nxt, terminated, truncated, info))
+        if not (dropped_every and step % dropped_every == 0):
+            real.extend(real_transitions(obs, action, reward, nxt, terminated, truncated, info))
         obs = nxt
         if mb.after_collect(step - 1, step, real, policy):
             rows_seen.append(mb.health.get("model_health_rows"))
-    assert rows_seen == [None, 100]  # trainings at 100 and 200; the second measures rows 100-199
+            rows_at_training.append(len(real))
+    first, second = rows_at_training  # trainings at 100 and 200 env steps; the second measures the rows between
+    assert rows_seen == [None, second - first] and second - first == (90 if dropped_every else 100)
     row = mb.metrics(250)
     assert math.isnan(row["model_err_reward"])  # CartPole's reward is always 1: no relative error
     for key in ("model_err_delta", "model_err_termination", "model_open_loop_err_1",
@@ -223,7 +229,7 @@ def test_model_health_reaches_the_metrics_after_the_second_training() -> None:
     # The termination rule is CartPole's, applied to predicted states: right far more often than not.
     assert row["model_err_termination"] < 0.2
     data = real[: len(real)]
-    assert row["real_termination_rate"] == pytest.approx(float(data[TERMINATED][100:200].float().mean()))
+    assert row["real_termination_rate"] == pytest.approx(float(data[TERMINATED][first:second].float().mean()))
 
 
 def test_with_a_given_reward_the_reward_error_is_that_rules_and_zero_for_the_envs_own(tmp_path: Path) -> None:
