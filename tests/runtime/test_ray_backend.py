@@ -47,6 +47,22 @@ def is_loopback(hex_address: str) -> bool:
     return hex_address in ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
 
 
+def ray_children() -> dict[int, set[int]]:
+    """The stop signals (SIGINT, SIGTERM) each of this process's Ray children blocks (from /proc)."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) if d.name.isdigit() else -1
+            if ppid != os.getpid() or b"ray" not in (d / "cmdline").read_bytes():
+                continue
+            mask = next(int(line.split()[1], 16) for line in (d / "status").read_text().splitlines()
+                        if line.startswith("SigBlk:"))
+        except (OSError, StopIteration):  # a process that ended meanwhile
+            continue
+        found[int(d.name)] = {int(s) for s in (signal.SIGINT, signal.SIGTERM) if mask >> (s - 1) & 1}
+    return found
+
+
 def test_without_ray_installed_the_run_stops_with_the_command_that_fixes_it(
         tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
     from mbpo.errors import MbpoError
@@ -59,21 +75,29 @@ def test_without_ray_installed_the_run_stops_with_the_command_that_fixes_it(
 
 def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """Its processes also block SIGINT and SIGTERM: a signal to the run's process group (Ctrl-C, a scheduler's
+    SIGTERM) reaches the trainer alone, which stops them after its final checkpoint (if raylet died with it,
+    Ray's core worker would end the trainer with exit 1 first).
+    """
     before = listening()
     cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     opened: list[set[tuple[str, int]]] = []
+    children: list[dict[int, set[int]]] = []
     ingest = trainer._ingest
 
     def look_while_running(item: CollectorBatch) -> None:
         if not opened:
             opened.append(listening() - before)
+            children.append(ray_children())
         ingest(item)
 
     trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["utd_ratio_realised"] == pytest.approx(2.0)
     assert opened[0] and all(is_loopback(address) for address, _ in opened[0]), opened[0]
+    stop = {int(signal.SIGINT), int(signal.SIGTERM)}
+    assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
     assert listening() - before == set()
 

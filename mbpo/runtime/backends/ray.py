@@ -22,11 +22,13 @@ network you trust.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mbpo.config import EnvConfig, RayConfig
@@ -45,6 +47,24 @@ __all__ = ["RayBackend", "RayCollector", "RayCollectorError", "import_ray"]
 INSTALL = 'pip install -e ".[ray]"'
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread while it starts a private Ray: Ray's head processes (GCS,
+    raylet) and the workers they start inherit the mask, so a signal to the run's whole process group (Ctrl-C
+    in a terminal, a scheduler's SIGTERM) reaches the trainer alone, which stops its actors and then Ray.
+    Otherwise raylet and GCS die with the signal and Ray's core worker ends the trainer (exit 1) before its
+    final checkpoint. A signal that comes meanwhile is delivered once the mask is restored.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks (and no process groups to signal)
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 class RayCollectorError(RuntimeError):
     """A collector actor raised (the message holds its traceback) or died (the message says why)."""
@@ -222,8 +242,9 @@ class RayBackend:
             os.environ[LOOPBACK_ENV] = "0"
             self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
             num_cpus = c.num_cpus if c.num_cpus is not None else num_collectors * c.num_cpus_per_collector + 1
-            self.ray.init(num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
-                          configure_logging=False, log_to_driver=True)
+            with stop_signals_blocked():
+                self.ray.init(num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
+                              configure_logging=False, log_to_driver=True)
             self.started_ray = True
         else:
             self.ray.init(address=c.address, configure_logging=False, log_to_driver=True)
