@@ -48,7 +48,6 @@ INSTALL = 'pip install -e ".[ray]"'
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-
 @contextlib.contextmanager
 def stop_signals_blocked() -> Iterator[None]:
     """SIGINT and SIGTERM blocked in this thread while it starts a private Ray: Ray's head processes (GCS,
@@ -65,6 +64,7 @@ def stop_signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
 
 class RayCollectorError(RuntimeError):
     """A collector actor raised (the message holds its traceback) or died (the message says why)."""
