@@ -59,11 +59,23 @@ class MetricsLogger:
         else:
             with open(self.path, "a", newline="") as f:
                 csv.DictWriter(f, fieldnames=self.columns).writerow(row)
-        if self.tensorboard is not None:
-            step = int(row["env_steps"])
-            for key, value in row.items():
-                if key != "env_steps" and isinstance(value, (int, float)):
-                    self.tensorboard.log_scalar(key, value, step=step)
+        self._mirror(row)
+
+    def amend(self, row: dict[str, Any]) -> None:
+        """Fill the last row with ``row``'s measured values if both are at the same env step, else log it.
+
+        A resume that finishes the last step's cut work (a model fit) adds to that step's row rather than
+        writing a second row for one env step.
+        """
+        last = self.rows[-1] if self.rows else None
+        if last is None or str(last.get("env_steps")) != str(row.get("env_steps")):
+            self.log(row)
+            return
+        measured = {k: v for k, v in ((k, _clean(v)) for k, v in row.items()) if v != ""}
+        last.update(measured)
+        self.columns += [k for k in last if k not in self.columns]
+        self._rewrite()
+        self._mirror(measured)
 
     def progress(self, env_steps: int, postfix: dict[str, Any]) -> None:
         self.bar.update(env_steps - self.bar.n)
@@ -73,6 +85,13 @@ class MetricsLogger:
         self.bar.close()
         if self.tensorboard is not None:
             self.tensorboard.experiment.close()  # flushes and stops the event-writer thread
+
+    def _mirror(self, row: dict[str, Any]) -> None:
+        if self.tensorboard is not None:
+            step = int(row["env_steps"])
+            for key, value in row.items():
+                if key != "env_steps" and isinstance(value, (int, float)):
+                    self.tensorboard.log_scalar(key, value, step=step)
 
     def _rewrite(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -204,7 +204,7 @@ class AsyncTrainer(Trainer):
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
                         self._final_checkpoint(announce=signals.signum is not None or failing)
-                row = self._log(logger, evaluated=evaluated)
+                row = self._log(logger, evaluated=evaluated, final=True)
                 self._progress()  # the bar ends at the env steps really taken
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum
@@ -362,7 +362,8 @@ class AsyncTrainer(Trainer):
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
 
-    def _log(self, logger: MetricsLogger, evaluated: bool) -> dict[str, Any]:
+    def _log(self, logger: MetricsLogger, evaluated: bool, final: bool = False) -> dict[str, Any]:
+        """One metrics row; the final one fills a row already at its env step (a resume that took no new steps)."""
         timing = self._throughput.row(self.env_steps, self.agent.num_updates)
         self.wall_s = timing["wall_s"]
         if self.model_worker is not None:
@@ -388,7 +389,7 @@ class AsyncTrainer(Trainer):
         self.lag_s.clear()
         self.queue_depth_sum = self.queue_samples = 0
         self._busy_row, self._model_busy_row = self.time_s["update"], self.time_s["model"]
-        logger.log(row)
+        (logger.amend if final else logger.log)(row)
         return row
 
     # -- shutdown ----------------------------------------------------------------------------

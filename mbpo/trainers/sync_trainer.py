@@ -86,8 +86,8 @@ class SyncTrainer(Trainer):
             if self.env_steps >= cfg.total_env_steps and not self.model.fit_pending:  # it was the last step's fit
                 timing = throughput.row(self.env_steps, self.agent.num_updates)
                 self.wall_s = timing["wall_s"]
-                row = self._row(timing, False)  # the whole model's columns
-                logger.log(row)
+                row = self._row(timing, False)  # the whole model's columns, added to the step's row
+                logger.amend(row)
                 self.save()
                 saved_at = self.env_steps
         while self.env_steps < cfg.total_env_steps and not stop.is_set():

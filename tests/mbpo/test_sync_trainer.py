@@ -235,15 +235,17 @@ def test_a_fit_cut_short_where_every_step_trains_is_not_merged_into_the_next(tmp
     assert resumed.model.trainings == full.model.trainings
 
 @pytest.mark.reliability
-def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resumed_by", ["sync", "async"])
+def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: Path, resumed_by: str) -> None:
     """SIGTERM during the fit of the last vector step: the run's env steps are all taken, but its model is
-    half-fitted; the resume fits again (a finished run holds a whole model), and only then is the run done.
+    half-fitted; the resume (by the trainer the run's config names) fits again (a finished run holds a whole
+    model) and fills the last step's row, and only then is the run done.
     """
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
     full = SyncTrainer(tiny(tmp_path / "full", *VARIANTS["mbpo"]), tmp_path / "full")
     full.run()
-    cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"]), tmp_path / "cut")
+    cut = SyncTrainer(tiny(tmp_path / "cut", *VARIANTS["mbpo"], f"trainer={resumed_by}"), tmp_path / "cut")
     model = cut.model
     assert model is not None
     run_with_sigterm_in_the_fit_at(cut, 400)
@@ -257,6 +259,9 @@ def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: 
     assert fits == [400] and not resumed.model.fit_pending
     assert resumed.model.trainings == full.model.trainings  # type: ignore[union-attr]
     assert resumed.agent.num_updates == full.agent.num_updates  # the updates were all done before the stop
+    rows, full_rows = (read_metrics(d / "metrics.csv") for d in (tmp_path / "cut", tmp_path / "full"))
+    assert [r["env_steps"] for r in rows] == [r["env_steps"] for r in full_rows]  # one row for the last step,
+    assert rows[-1]["eval_return"] and rows[-1]["model_trainings"] == full_rows[-1]["model_trainings"]  # whole
     with pytest.raises(RunAlreadyDone):
         resume_trainer(tmp_path / "cut")
 
