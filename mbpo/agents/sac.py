@@ -37,7 +37,7 @@ import contextlib
 import copy
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -47,6 +47,7 @@ from torch import nn
 
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.agents.sac_loss import bf16_autocast, compiled_loss_terms, sac_loss_terms
+from mbpo.agents.update_metrics import METRIC_NAMES, UpdateMetrics
 from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
@@ -55,55 +56,7 @@ from mbpo.seeding import derive
 
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
-METRIC_NAMES = (
-    "loss_critic",
-    "loss_actor",
-    "loss_alpha",
-    "alpha",
-    "q_mean",
-    "entropy",
-    "grad_norm_critic",
-    "grad_norm_actor",
-    "grad_norm_alpha",
-)
-"""Per-update metrics, in the order of the on-device metric vector. Grad norms are before clipping."""
-
 _SNAPSHOT_KEYS = ("actor", "critic", "target_critic", "log_alpha", "num_updates")
-
-
-class UpdateMetrics(Mapping[str, float]):
-    """``update()``'s metrics: a read-only ``{name: float}`` that syncs with the device only when read.
-
-    Reading any value copies the whole metric vector to the host once (one sync);
-    a caller that ignores the metrics (or uses :meth:`SAC.pop_metrics` every few
-    hundred updates) never waits for the device. ``skipped`` is 1.0 if this
-    update's step was skipped for a non-finite loss or gradient.
-    """
-
-    __slots__ = ("_values", "_floats")
-    _names = (*METRIC_NAMES, "skipped")
-
-    def __init__(self, values: torch.Tensor) -> None:
-        self._values = values
-        self._floats: dict[str, float] | None = None
-
-    def _host(self) -> dict[str, float]:
-        if self._floats is None:
-            self._floats = dict(zip(self._names, self._values.tolist(), strict=True))
-        return self._floats
-
-    def __getitem__(self, key: str) -> float:
-        return self._host()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return f"UpdateMetrics({self._host()})"
-
 
 
 class SAC:

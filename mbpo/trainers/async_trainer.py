@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import envs
@@ -47,6 +46,7 @@ from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
 from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
+from mbpo.trainers.async_telemetry import AsyncTelemetry
 from mbpo.trainers.base import Trainer
 
 __all__ = ["AsyncTrainer", "EnvFactory"]
@@ -98,9 +98,7 @@ class AsyncTrainer(Trainer):
             self.model_worker = ModelWorker(self.model, self.buffer, self.real_lock, self.gate, self.weights,
                                             rollout_agent, self.stop_event, rt.model_threads)
         self.exit_code = 0
-        self.queue_depth_sum = self.queue_samples = 0
-        self.lag_versions: list[int] = []
-        self.lag_s: list[float] = []
+        self.telemetry = AsyncTelemetry()
         self.nonfinite_dropped = 0
         self._closed = False
         self._started = self._stopped = False
@@ -233,7 +231,7 @@ class AsyncTrainer(Trainer):
         # env steps the eval/log/checkpoint cadence has been checked up to (a stopped run ingests what is queued
         # without checking it: its resume catches up, and does the final evaluation a stop at the end skipped)
         self._periodic_steps = self.env_steps if self._cadence_env_steps is None else self._cadence_env_steps
-        self._busy_row = self._model_busy_row = 0.0  # busy seconds at the last row (busy columns are per interval)
+        self.telemetry = AsyncTelemetry()  # its columns are per interval, from this run's start
         self._waiting_for_owed_rollouts = self.model is not None and self.model.rollouts_owed
         self._started = True
         self.pool.start()
@@ -304,12 +302,10 @@ class AsyncTrainer(Trainer):
         self.time_s["env"] += item.env_s  # summed over collectors: can exceed the wall-clock
         self.time_s["act"] += item.act_s
         self._recent_returns.extend(item.episode_returns)
-        now = time.monotonic()
-        self.lag_versions.append(self.weights.version - item.policy_version)
         superseded = self.weights.published_at(item.policy_version + 1)  # how long its weights were stale
-        self.lag_s.append(0.0 if superseded is None else max(now - superseded, 0.0))
-        self.queue_depth_sum += len(self.queue)
-        self.queue_samples += 1
+        self.telemetry.ingested(self.weights.version - item.policy_version,
+                                0.0 if superseded is None else max(time.monotonic() - superseded, 0.0),
+                                len(self.queue))
 
     def _update(self, k: int) -> None:
         start = checked = time.perf_counter()
@@ -356,8 +352,8 @@ class AsyncTrainer(Trainer):
         self._logger.progress(self.env_steps, {
             "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
             "upd/s": rates["updates_per_s"], "q": len(self.queue),
-            "lag": self.lag_versions[-1] if self.lag_versions else 0,
-            "busy": (self.time_s["update"] - self._busy_row) / max(self._throughput.since_row(), 1e-9),
+            "lag": self.telemetry.last_lag,
+            "busy": self.telemetry.learner_busy(self.time_s["update"], self._throughput.since_row()),
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
         })
@@ -366,15 +362,12 @@ class AsyncTrainer(Trainer):
         """One metrics row; the final one fills a row already at its env step (a resume that took no new steps)."""
         timing = self._throughput.row(self.env_steps, self.agent.num_updates)
         self.wall_s = timing["wall_s"]
+        model_s = None
         if self.model_worker is not None:
-            self.time_s["model"] = self.model_worker.busy_s
+            self.time_s["model"] = model_s = self.model_worker.busy_s
         row = self._row(timing, evaluated)
-        window = max(self._throughput.interval_s, 1e-9)  # the busy columns share the rates' interval
+        row.update(self.telemetry.row(self.time_s["update"], model_s, self._throughput.interval_s))  # rates' interval
         row.update({
-            "queue_depth": self.queue_depth_sum / max(self.queue_samples, 1),
-            "policy_lag_versions": float(np.mean(self.lag_versions)) if self.lag_versions else None,
-            "policy_lag_s": float(np.mean(self.lag_s)) if self.lag_s else None,
-            "learner_busy": round((self.time_s["update"] - self._busy_row) / window, 3),
             "weights_version": self.weights.version,
             "collector_restarts": self.pool.restarts,
             "hung_collectors": len(self.pool.hung),
@@ -383,12 +376,7 @@ class AsyncTrainer(Trainer):
             "gate_waits": self.gate.waits,
         })
         if self.model_worker is not None:
-            row["model_busy"] = round((self.time_s["model"] - self._model_busy_row) / window, 3)
             row["rollout_policy_version"] = self.model_worker.policy_version
-        self.lag_versions.clear()
-        self.lag_s.clear()
-        self.queue_depth_sum = self.queue_samples = 0
-        self._busy_row, self._model_busy_row = self.time_s["update"], self.time_s["model"]
         (logger.amend if final else logger.log)(row)
         return row
 
