@@ -253,6 +253,7 @@ class ModelBased:
         _, stats = branched_rollouts(
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
             self.generator, reward=self.reward, batch_size=self.config.rollout_batch_size, sink=self._store,
+            deterministic=self.config.deterministic_rollouts,
         )
         # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run
         # sees the previous pair, not the new steps over the old count.

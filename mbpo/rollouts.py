@@ -37,7 +37,8 @@ class EnsembleLike(Protocol):
     version: int
 
     def sample(
-        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
+        deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]: ...
 
 
@@ -106,12 +107,14 @@ def branched_rollouts(
     reward: RuleFn | None = None,
     batch_size: int | None = None,
     sink: Callable[[TensorDict], None] | None = None,
+    deterministic: bool = False,
 ) -> tuple[TensorDict, RolloutStats]:
     """Roll ``length`` model steps from every row of ``start_obs``; return the kept transitions.
 
     ``termination`` is the task's termination rule ``(obs, action, next_obs) -> bool``; None means the
     ensemble's learned termination logit decides (logit > 0). ``reward``, the task's reward rule, replaces
-    the ensemble's (which is then not learned). Transitions carry ``model_version``.
+    the ensemble's (which is then not learned). ``deterministic``: each step is its elite's mean prediction
+    (mbrl-lib's ``sample=False``), not a Gaussian draw. Transitions carry ``model_version``.
 
     Memory: each step draws its randomness for every live branch at once (policy noise, then the
     ensemble's elite deal and Gaussian noise), then runs the policy and the ensemble on at most
@@ -128,7 +131,7 @@ def branched_rollouts(
         if obs.shape[0] == 0:
             break
         action = _act(policy, obs, policy.rollout_noise(obs.shape[0], generator), batch_size)
-        next_obs, model_reward, term_logit = ensemble.sample(obs, action, generator, batch_size)
+        next_obs, model_reward, term_logit = ensemble.sample(obs, action, generator, batch_size, deterministic)
         step_reward = reward(obs, action, next_obs) if reward is not None else model_reward
         if step_reward is None:
             raise ValueError("the ensemble learns no reward and no reward function was given: cannot reward branches")

@@ -358,7 +358,8 @@ class DynamicsEnsemble(nn.Module):
     # --- sampling -------------------------------------------------------------------------------
     @torch.no_grad()
     def sample(
-        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
+        deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """One model step for ``B`` start states, each through a uniformly random elite, in one batched forward.
 
@@ -367,8 +368,9 @@ class DynamicsEnsemble(nn.Module):
         elites' weights run, in row blocks of at most ``batch_size`` rows in all
         (and of ``_CPU_ROW_BLOCK`` per elite on CPU). Returns ``next_obs (B, obs_dim)``,
         ``reward (B,)`` (None without ``learn_reward``) and the termination logit ``(B,)``
-        (None without a head), with Gaussian noise from ``generator``. The draws do not
-        depend on ``batch_size``, and on CPU no result does (``ROW_QUANTUM``).
+        (None without a head), with Gaussian noise from ``generator`` (``deterministic``: the
+        elite's mean; the elite deal is still random). The draws do not depend on ``batch_size``,
+        and on CPU no result does (``ROW_QUANTUM``).
         """
         if generator.device != self.device:
             raise ValueError(f"sample() got a generator on {generator.device}; expected one on {self.device}")
@@ -391,7 +393,10 @@ class DynamicsEnsemble(nn.Module):
         for s in range(0, rows, step):
             at = slice(s, s + step)
             mean, logvar, block_logit = self._raw(xp[:, at], params)
-            torch.add(mean, (0.5 * logvar).exp() * eps[:, at], out=draw[:, at])  # not addcmul: same rounding as ever
+            if deterministic:
+                draw[:, at] = mean
+            else:
+                torch.add(mean, (0.5 * logvar).exp() * eps[:, at], out=draw[:, at])  # not addcmul: same rounding
             if logit is not None:
                 assert block_logit is not None  # learn_termination: every block has its logit
                 logit[:, at] = block_logit

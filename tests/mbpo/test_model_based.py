@@ -70,7 +70,8 @@ class DivergingEnsemble:
     version = 7
 
     def sample(
-        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
+        deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, None]:
         branch, x = obs[:, 0], obs[:, 1]
         x = torch.where(branch % 3 == 1, math.nan, torch.where(branch % 3 == 2, 1e9, x + 1.0))

@@ -103,3 +103,17 @@ def test_a_whole_run_is_the_same_for_any_rollout_batch_size(tmp_path: Path) -> N
     ma, mb = (m.model_buffer.newest(len(m.model_buffer)) for m in (a.model, b.model))
     assert ma.shape[0] > 0 and all(torch.equal(ma[k], mb[k]) for k in ma.keys())
 
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_rollouts_reach_every_model_step(tmp_path: Path, deterministic: bool) -> None:
+    """``model.deterministic_rollouts`` decides how every rollout step of a run samples the ensemble."""
+    trainer = SyncTrainer(tiny(tmp_path, "env.id=PointMass-v0", "model.enabled=true", "model.hidden_sizes=[16,16]",
+                               "model.weight_decay=[0,0,0]", "model.max_epochs=2", "model.train_freq=100",
+                               "model.rollouts_per_real=5",
+                               "total_env_steps=300", f"model.deterministic_rollouts={deterministic}"), tmp_path)
+    assert trainer.model is not None
+    ens, seen = trainer.model.ensemble, []
+    sample = ens.sample
+    ens.sample = lambda *a, **k: seen.append(a[4] if len(a) > 4 else k["deterministic"]) or sample(*a, **k)  # type: ignore[method-assign]
+    trainer.run()
+    assert len(seen) >= 2 and set(seen) == {deterministic}

@@ -216,6 +216,27 @@ def test_sample_returns_each_start_states_own_prediction(precision: str) -> None
     assert torch.bincount(chosen, minlength=3).tolist() == [1667, 1667, 1667]
     assert (means.std(0).amax(-1) > 1e-2).float().mean() > 0.99  # the elites disagree, so the match is informative
 
+def test_a_deterministic_sample_is_its_elites_mean_and_a_random_one_is_not() -> None:
+    """``deterministic=True`` (model.deterministic_rollouts) drops the Gaussian draw but keeps the random elite."""
+    ens = DynamicsEnsemble(small_config(ensemble_size=6, num_elites=3), OBS, BOX, "cpu", seed=4)
+    ens.set_elites([0.5, 0.1, 0.9, 0.3, 0.2, 0.8])
+    with torch.no_grad():  # a standard deviation of about 1: a draw is far from the mean
+        ens.max_logvar.fill_(0.0)
+        ens.min_logvar.fill_(-0.5)
+    g = torch.Generator().manual_seed(0)
+    obs, action = torch.randn(300, OBS, generator=g), torch.rand(300, ACT, generator=g) * 2 - 1
+    means = ens.predict(obs, action).mean[ens.elites]  # (elites, b, obs_dim + 1)
+    for deterministic, within in ((True, True), (False, False)):
+        next_obs, reward, _ = ens.sample(obs, action, torch.Generator().manual_seed(1), deterministic=deterministic)
+        step = torch.cat((next_obs - obs, reward.unsqueeze(-1)), -1)
+        error = (means - step).abs().amax(-1).min(0).values  # to the nearest elite's mean, per row
+        assert bool((error < 1e-5).all()) is within, error.max()
+    chosen = [(means - torch.cat((n - obs, r.unsqueeze(-1)), -1)).abs().amax(-1).argmin(0)
+              for n, r, _ in (ens.sample(obs, action, torch.Generator().manual_seed(k), deterministic=True)
+                              for k in (1, 2))]
+    assert (chosen[0] != chosen[1]).float().mean() > 0.4  # the elite is still drawn
+
+
 def test_logvar_stays_within_learned_bounds() -> None:
     ens = DynamicsEnsemble(small_config(max_epochs=3), OBS, BOX, "cpu")
     ens.fit(*linear_system(500))
