@@ -15,7 +15,10 @@ cut off resumes from its newest checkpoint. ``--jobs`` runs that many at once (o
 line from such a copy. Prints one JSON line: per learner and seed the first env step with an evaluation
 of 1,000, and the median over seeds. No target: the MBPO issue asks for the comparison.
 
-    python benchmarks/inverted_pendulum.py [--seeds 0 1 2] [--steps 15000] [--hold 8] [--jobs 2]
+``--learners`` picks the variants (default ``mbpo sac_same_ratio``; ``mbpo_deterministic`` is MBPO with
+``model.deterministic_rollouts=true``).
+
+    python benchmarks/inverted_pendulum.py [--seeds 0 1 2] [--learners L ...] [--steps 15000] [--hold 8] [--jobs 2]
                                            [--run-root ~/mbpo-runs/inverted_pendulum]
                                            [--results docs/results/inverted_pendulum] [--report-only]
 """
@@ -41,7 +44,10 @@ from locomotion import export, machine  # noqa: E402 (after the path: run as a s
 from mbpo.checkpoint import list_checkpoints  # noqa: E402
 
 CONFIG = ROOT / "configs" / "inverted_pendulum_mbpo.yaml"
-VARIANTS = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"]}
+VARIANTS = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"],
+            "mbpo_deterministic": ["model.deterministic_rollouts=true"]}
+"""Learners: the shipped config, SAC without the model, and MBPO whose model steps are the elite's mean."""
+DEFAULT_LEARNERS = ["mbpo", "sac_same_ratio"]
 SOLVED = 1000.0  # InvertedPendulum's maximum return: 1 per step, 1,000 steps
 EVAL_EVERY = 250
 
@@ -119,7 +125,7 @@ def run_all(args: argparse.Namespace, root: Path) -> None:
     """Run every (learner, seed) not yet done, ``--jobs`` at a time; if one fails, or this script is stopped,
     the others are stopped with a checkpoint (the next invocation resumes them).
     """
-    todo = [(learner, seed) for seed in args.seeds for learner in VARIANTS
+    todo = [(learner, seed) for seed in args.seeds for learner in args.learners
             if not _info(root / f"{learner}-s{seed}").get("done")]
     running: list[Run] = []
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM unwinds as Ctrl-C does
@@ -137,15 +143,15 @@ def run_all(args: argparse.Namespace, root: Path) -> None:
         signal.signal(signal.SIGTERM, previous)
         if args.results is not None:  # every finished run, this invocation's or an earlier one's
             for seed in args.seeds:
-                for learner in VARIANTS:
+                for learner in args.learners:
                     if _info(run_dir := root / f"{learner}-s{seed}").get("done"):
                         export(run_dir, args.results / run_dir.name)
 
 
-def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:
+def report(root: Path, seeds: list[int], hold: int, learners: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {"benchmark": "inverted_pendulum", "env": "InvertedPendulum-v5", "seeds": seeds,
                               "eval_every": EVAL_EVERY, "hold": hold, "machine": machine(), "learners": {}}
-    for learner in VARIANTS:
+    for learner in learners:
         runs = []
         for seed in seeds:
             run_dir, evals = root / f"{learner}-s{seed}", evaluations(root / f"{learner}-s{seed}")
@@ -162,15 +168,18 @@ def report(root: Path, seeds: list[int], hold: int) -> dict[str, Any]:
         result["learners"][learner] = {"runs": runs, "seeds_done": len(firsts),
                                        "median_first_1000_at": statistics.median(firsts) if firsts else None,
                                        "runs_never_at_1000": sum(r["first_1000_at"] is None for r in runs)}
-    mbpo, sac = (result["learners"][k]["median_first_1000_at"] for k in VARIANTS)
-    if mbpo and sac:
-        result["mbpo_over_sac_env_steps"] = round(mbpo / sac, 3)
+    medians = {k: v["median_first_1000_at"] for k, v in result["learners"].items()}
+    sac = medians.get("sac_same_ratio")
+    for learner, median in medians.items():
+        if learner != "sac_same_ratio" and median and sac:
+            result[f"{learner}_over_sac_env_steps"] = round(median / sac, 3)
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--learners", nargs="+", choices=list(VARIANTS), default=DEFAULT_LEARNERS)
     parser.add_argument("--steps", type=int, default=15000, help="env steps at most per run")
     parser.add_argument("--hold", type=int, default=8, help="evaluations in a row at 1,000 that end a run")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
@@ -188,7 +197,7 @@ def main() -> None:
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run_all has stopped every run with a checkpoint
             raise SystemExit("[inverted_pendulum] stopped; every unfinished run is checkpointed and resumes on the "
                              "next invocation") from None
-    print(json.dumps(report(root, args.seeds, args.hold)))
+    print(json.dumps(report(root, args.seeds, args.hold, args.learners)))
 
 
 if __name__ == "__main__":
