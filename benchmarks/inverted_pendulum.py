@@ -188,6 +188,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
     parser.add_argument("--report-only", action="store_true", help="summarize what the run root holds")
     args = parser.parse_args()
+    args.learners = list(dict.fromkeys(args.learners))  # one run per (learner, seed): a run dir has one writer
     if args.jobs < 1 or args.hold < 1 or args.steps < EVAL_EVERY:
         parser.error(f"expected --jobs >= 1, --hold >= 1 and --steps >= {EVAL_EVERY}")
     root = args.run_root.expanduser()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +62,20 @@ class MetricsLogger:
                 csv.DictWriter(f, fieldnames=self.columns).writerow(row)
         self._mirror(row)
 
-    def amend(self, row: dict[str, Any]) -> None:
-        """Fill the last row with ``row``'s measured values if both are at the same env step, else log it.
+    def amend(self, row: dict[str, Any], interval: Collection[str] = ()) -> None:
+        """Update the last row with ``row``'s measured values if both are at the same env step, else log it.
 
         A resume that finishes the last step's cut work (a model fit) adds to that step's row rather than
-        writing a second row for one env step.
+        writing a second row for one env step. The ``interval`` columns (rates, time shares) describe the
+        resume's few seconds, not the step: the last row keeps its own.
         """
         last = self.rows[-1] if self.rows else None
         if last is None or str(last.get("env_steps")) != str(row.get("env_steps")):
             self.log(row)
             return
-        measured = {k: v for k, v in ((k, _clean(v)) for k, v in row.items()) if v != ""}
+        measured = {k: v for k, v in ((k, _clean(v)) for k, v in row.items())
+                    if v != "" and k not in interval}
+        measured["env_steps"] = row["env_steps"]
         last.update(measured)
         self.columns += [k for k in last if k not in self.columns]
         self._rewrite()

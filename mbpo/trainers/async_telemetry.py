@@ -16,6 +16,8 @@ __all__ = ["AsyncTelemetry"]
 class AsyncTelemetry:
     """Per-batch samples between two metrics rows, and the busy seconds at the last row."""
 
+    COLUMNS = frozenset({"queue_depth", "policy_lag_versions", "policy_lag_s", "learner_busy", "model_busy"})
+
     def __init__(self) -> None:
         self.lag_versions: list[int] = []
         self.lag_s: list[float] = []

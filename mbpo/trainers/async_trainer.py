@@ -47,7 +47,7 @@ from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
 from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
 from mbpo.trainers.async_telemetry import AsyncTelemetry
-from mbpo.trainers.base import Trainer
+from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
 
 __all__ = ["AsyncTrainer", "EnvFactory"]
 
@@ -377,7 +377,10 @@ class AsyncTrainer(Trainer):
         })
         if self.model_worker is not None:
             row["rollout_policy_version"] = self.model_worker.policy_version
-        (logger.amend if final else logger.log)(row)
+        if final:
+            logger.amend(row, INTERVAL_COLUMNS | AsyncTelemetry.COLUMNS)
+        else:
+            logger.log(row)
         return row
 
     # -- shutdown ----------------------------------------------------------------------------

@@ -34,18 +34,20 @@ from mbpo.precision import resolve_precision
 from mbpo.rollouts import rollout_bytes
 from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, write_config
 from mbpo.seeding import derive
-from mbpo.throughput import Throughput
+from mbpo.throughput import RATE_COLUMNS, Throughput
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
     from mbpo.metrics import MetricsLogger
 
-__all__ = ["Trainer", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES"]
+__all__ = ["Trainer", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES", "INTERVAL_COLUMNS"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
 TIME_PARTS = ("env", "act", "update", "model", "eval")
 """Where training time goes: env.step, choosing actions, gradient updates (with their batch sampling), the
 dynamics model (training and rollouts), evaluation."""
+INTERVAL_COLUMNS = frozenset({*RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)})
+"""Row columns measured over the process's own interval (what a resume's row must not put over an earlier one)."""
 DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
 
 

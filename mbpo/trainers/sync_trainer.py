@@ -31,7 +31,7 @@ from mbpo.config import Config
 from mbpo.metrics import MetricsLogger
 from mbpo.nstep import n_step_builder
 from mbpo.runtime.supervisor import StopOnSignals
-from mbpo.trainers.base import Trainer
+from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
 
 __all__ = ["SyncTrainer"]
 
@@ -87,7 +87,7 @@ class SyncTrainer(Trainer):
                 timing = throughput.row(self.env_steps, self.agent.num_updates)
                 self.wall_s = timing["wall_s"]
                 row = self._row(timing, False)  # the whole model's columns, added to the step's row
-                logger.amend(row)
+                logger.amend(row, INTERVAL_COLUMNS)
                 self.save()
                 saved_at = self.env_steps
         while self.env_steps < cfg.total_env_steps and not stop.is_set():

@@ -36,15 +36,15 @@ def test_resume_drops_rows_after_the_checkpoint(tmp_path: Path) -> None:
 def test_amend_fills_the_row_at_its_env_step_and_appends_any_other(tmp_path: Path) -> None:
     """A resume that finishes the last step's work adds its measurements to that step's row, keeping the rest."""
     log = MetricsLogger(tmp_path, 100, progress=False)
-    log.log({"env_steps": 10, "updates": 1, "eval_return": -5.0})
+    log.log({"env_steps": 10, "updates": 1, "eval_return": -5.0, "wall_s": 9.0})
     log.close()
     log = MetricsLogger(tmp_path, 100, progress=False, resume_at=10)
-    log.amend({"env_steps": 10, "updates": 2, "eval_return": None, "model_trainings": 3})
+    log.amend({"env_steps": 10, "updates": 2, "eval_return": None, "model_trainings": 3, "wall_s": 0.5}, {"wall_s"})
     log.amend({"env_steps": 20, "updates": 4})
     log.close()
     rows = read_metrics(tmp_path / "metrics.csv")
-    assert [(r["env_steps"], r["updates"], r["eval_return"], r["model_trainings"]) for r in rows] == [
-        ("10", "2", "-5.0", "3"), ("20", "4", "", "")]
+    assert [(r["env_steps"], r["updates"], r["eval_return"], r["model_trainings"], r["wall_s"]) for r in rows] == [
+        ("10", "2", "-5.0", "3", "9.0"), ("20", "4", "", "", "")]  # an interval column keeps the step's value
 
 
 def test_tensorboard_events_when_installed(tmp_path: Path) -> None:

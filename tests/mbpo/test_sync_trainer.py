@@ -14,7 +14,8 @@ from mbpo.config import Config, ConfigError, load_config
 from mbpo.metrics import read_metrics
 from mbpo.throughput import RATE_COLUMNS
 from mbpo.trainers import SyncTrainer
-from mbpo.trainers.base import TIME_PARTS
+from mbpo.trainers.async_telemetry import AsyncTelemetry
+from mbpo.trainers.base import INTERVAL_COLUMNS, TIME_PARTS
 
 pytestmark = pytest.mark.timeout(120)
 TIMING = {"wall_s", *RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)}
@@ -250,6 +251,7 @@ def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: 
     assert model is not None
     run_with_sigterm_in_the_fit_at(cut, 400)
     assert cut.exit_code == 143 and cut.env_steps == 400 and model.fit_pending
+    cut_last = read_metrics(tmp_path / "cut/metrics.csv")[-1]
     resumed = resume_trainer(tmp_path / "cut")
     assert resumed.model is not None
     fits: list[int] = []
@@ -262,6 +264,8 @@ def test_a_last_fit_cut_short_is_redone_by_the_resume_not_called_done(tmp_path: 
     rows, full_rows = (read_metrics(d / "metrics.csv") for d in (tmp_path / "cut", tmp_path / "full"))
     assert [r["env_steps"] for r in rows] == [r["env_steps"] for r in full_rows]  # one row for the last step,
     assert rows[-1]["eval_return"] and rows[-1]["model_trainings"] == full_rows[-1]["model_trainings"]  # whole
+    interval = INTERVAL_COLUMNS | AsyncTelemetry.COLUMNS  # the step's own rates and time shares, not the resume's
+    assert {k: v for k, v in rows[-1].items() if k in interval} == {k: v for k, v in cut_last.items() if k in interval}
     with pytest.raises(RunAlreadyDone):
         resume_trainer(tmp_path / "cut")
 
