@@ -193,8 +193,9 @@ class ModelConfig:
     """The ensemble's matmuls in training and rollouts: fp32, bf16 autocast (losses and Gaussian maths stay fp32)
     or auto, resolved like agent.sac.precision."""
     deterministic_rollouts: bool = False
-    """Model steps are the elite's mean prediction, not a draw from its Gaussian (the paper samples; mbrl-lib's
-    ModelEnv sample=False). The elite is still drawn per transition."""
+    """Model steps are the elite's mean prediction, not a draw from its Gaussian (what mbrl-lib's
+    ModelEnv.step(sample=False) does; the paper's MBPO and mbrl-lib's both sample). The elite is still drawn per
+    transition."""
     learned_termination: bool = False
     """Learn a termination head even where a termination rule exists (the env's termination_fn or a known
     rule for env.id); not with model.termination."""
