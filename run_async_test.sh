@@ -2,7 +2,7 @@
 # Lint, types and staged smoke checks, then the whole pytest suite (installs .venv on first use).
 #   ./run_async_test.sh            stages, then pytest
 #   ./run_async_test.sh --smoke    stages only (lint, types, smoke)
-#   ./run_async_test.sh ARGS...    stages, then pytest ARGS... (e.g. -k envs -x)
+#   ./run_async_test.sh ARGS...    stages, then pytest ARGS... (e.g. -k envs -x; -n 0 for one process)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=run_async.sh
@@ -30,4 +30,5 @@ stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" che
 stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
 "$VENV/bin/python" -m mbpo.smoke
 [[ $smoke_only == 1 ]] && exit 0
-exec "$VENV/bin/python" -m pytest "${pytest_args[@]}"
+# Two workers (MBPO_TEST_WORKERS; -n 0 in ARGS runs in-process): the runtime tests share one (tests/conftest.py).
+exec "$VENV/bin/python" -m pytest -n "${MBPO_TEST_WORKERS:-2}" --dist loadgroup "${pytest_args[@]}"
