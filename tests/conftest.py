@@ -10,23 +10,16 @@ import pytest
 import torch
 
 FAKE_ISAACLAB = Path(__file__).parent / "envs" / "fake_isaaclab"
-OWN_PROCESSES = {"test_obs_norm.py", "test_compile.py", "test_classic.py", "test_run_scripts.py",
-                 "test_cli_errors.py", "test_run_dir.py"}
-"""Test files outside tests/runtime that start processes (runs, torch.compile's workers, multiprocessing): they
-run in the runtime tests' worker, so no named semaphore, socket or Ray cluster of theirs is alive while a runtime
-test checks that it left none."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``gpu`` tests skip cleanly, with the reason, on a machine without CUDA. Under ``pytest -n N --dist
-    loadgroup`` (run_async_test.sh) the runtime tests and OWN_PROCESSES stay in one worker, one at a time:
-    they spawn collector processes and Ray clusters and check that /dev/shm and the process table are clean
-    afterwards.
+    loadgroup`` (run_async_test.sh) the runtime tests stay in one worker, one at a time: they spawn collector
+    processes and Ray clusters and check that /dev/shm and the process table are clean afterwards.
     """
     for item in items:
-        path = Path(str(item.path))
-        if path.parent.name == "runtime" or path.name in OWN_PROCESSES:
+        if Path(str(item.path)).parent.name == "runtime":
             item.add_marker(pytest.mark.xdist_group("runtime"))
     if torch.cuda.is_available():
         return
