@@ -2,7 +2,7 @@
 # Lint, types and staged smoke checks, then the whole pytest suite (installs .venv on first use).
 #   ./run_async_test.sh            stages, then pytest
 #   ./run_async_test.sh --smoke    stages only (lint, types, smoke)
-#   ./run_async_test.sh ARGS...    stages, then pytest ARGS... (e.g. -k envs -x; -n 0 for one process)
+#   ./run_async_test.sh ARGS...    stages, then pytest ARGS... in one process (e.g. -k envs -x)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=run_async.sh
@@ -30,5 +30,13 @@ stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" che
 stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
 "$VENV/bin/python" -m mbpo.smoke
 [[ $smoke_only == 1 ]] && exit 0
-# Two workers (MBPO_TEST_WORKERS; -n 0 in ARGS runs in-process): the runtime tests share one (tests/conftest.py).
-exec "$VENV/bin/python" -m pytest -n "${MBPO_TEST_WORKERS:-2}" --dist loadgroup "${pytest_args[@]}"
+if (( ${#pytest_args[@]} )); then
+  exec "$VENV/bin/python" -m pytest "${pytest_args[@]}"
+fi
+# The whole suite: all but tests/runtime in MBPO_TEST_WORKERS (2) pytest-xdist workers, then tests/runtime alone,
+# one test at a time: its tests check that /dev/shm, the sockets and the process table are clean afterwards,
+# which another test's live processes would break.
+rc=0
+"$VENV/bin/python" -m pytest -n "${MBPO_TEST_WORKERS:-2}" --ignore=tests/runtime || rc=$?
+"$VENV/bin/python" -m pytest tests/runtime || rc=$?
+exit "$rc"

@@ -12,15 +12,8 @@ import torch
 FAKE_ISAACLAB = Path(__file__).parent / "envs" / "fake_isaaclab"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``gpu`` tests skip cleanly, with the reason, on a machine without CUDA. Under ``pytest -n N --dist
-    loadgroup`` (run_async_test.sh) the runtime tests stay in one worker, one at a time: they spawn collector
-    processes and Ray clusters and check that /dev/shm and the process table are clean afterwards.
-    """
-    for item in items:
-        if Path(str(item.path)).parent.name == "runtime":
-            item.add_marker(pytest.mark.xdist_group("runtime"))
+    """``gpu`` tests skip cleanly, with the reason, on a machine without CUDA."""
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; torch.cuda.is_available() is False here")
