@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from mbpo.agents.batch_renorm import BatchRenorm
 
 __all__ = [
     "mlp",
@@ -82,15 +86,19 @@ class BatchedLinear(nn.Module):
         self.weight.uniform_(-bound, bound)
         self.bias.uniform_(-bound, bound)
 
-    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach_params: bool = False, members: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """``x`` is ``[members, B, in]`` (one batch per member) or ``[B, in]`` (shared by all).
 
         ``detach_params=True`` uses the weights as constants: gradients still flow to
-        ``x`` but not to the parameters (SAC's actor loss through the critics).
+        ``x`` but not to the parameters (SAC's actor loss through the critics). ``members``
+        (indices) runs only those members (REDQ's target over a random subset of the critics).
         """
         weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        if members is not None:
+            weight, bias = weight[members], bias[members]
         if x.dim() == 2:
-            x = x.unsqueeze(0).expand(self.members, -1, -1)
+            x = x.unsqueeze(0).expand(weight.shape[0], -1, -1)
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
@@ -100,8 +108,15 @@ class BatchedLinear(nn.Module):
 class BatchedMLP(nn.Module):
     """``members`` independent MLPs of the same shape evaluated together; output ``[members, B, out]``.
 
-    ``layer_norm`` normalises every hidden layer before its activation, with a learned scale and shift per
-    member (``nn.LayerNorm`` in each member), as the large-batch critics of FastTD3 and FlashSAC do.
+    Every hidden layer is ``Linear -> dropout -> LayerNorm -> activation -> batch renorm`` (the order of the
+    critics of DroQ and CrossQ in their reference code, araffin/sbx), each part optional:
+
+    * ``layer_norm``: normalise with a learned scale and shift per member (``nn.LayerNorm`` in each member);
+    * dropout: a forward pass given ``dropout`` masks (one per hidden layer, ``[members, B, width]`` holding 0
+      or ``1 / (1 - p)``) multiplies them in; the caller draws them from its own generator, so a run's random
+      streams stay its own (``torch.nn.Dropout`` would draw from torch's global one);
+    * ``batch_renorm``: :class:`~mbpo.agents.batch_renorm.BatchRenorm` on the input and after every hidden
+      activation, with ``batch_renorm`` as its keyword arguments (``{}`` for CrossQ's defaults).
     """
 
     def __init__(
@@ -112,6 +127,7 @@ class BatchedMLP(nn.Module):
         out_dim: int,
         activation: type[nn.Module] = nn.ReLU,
         layer_norm: bool = False,
+        batch_renorm: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         sizes = [in_dim, *hidden_sizes, out_dim]
@@ -122,19 +138,40 @@ class BatchedMLP(nn.Module):
             nn.Parameter(torch.ones(members, 1, h)) for h in (hidden_sizes if layer_norm else ()))
         self.norm_shift = nn.ParameterList(
             nn.Parameter(torch.zeros(members, 1, h)) for h in (hidden_sizes if layer_norm else ()))
+        renorm_widths = [] if batch_renorm is None else [in_dim, *hidden_sizes]
+        self.renorms = nn.ModuleList(BatchRenorm(h, (members,), **(batch_renorm or {})) for h in renorm_widths)
 
-    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
-        """``x``: ``[members, B, in]`` or ``[B, in]`` (shared); see :meth:`BatchedLinear.forward`."""
+    def forward(self, x: torch.Tensor, detach_params: bool = False, members: torch.Tensor | None = None,
+                dropout: Sequence[torch.Tensor] | None = None, batch_stats: bool = False) -> torch.Tensor:
+        """``x``: ``[members, B, in]`` or ``[B, in]`` (shared); see :meth:`BatchedLinear.forward`.
+
+        ``members``: indices of the members to run (``x`` then has that many rows if it is per member);
+        ``dropout``: the masks of this forward pass; ``batch_stats``: batch renorm from this batch's
+        statistics (the update's critic loss) rather than the running ones.
+        """
+        renorms = list(self.renorms)
+        if renorms:
+            if members is not None:
+                raise ValueError("BatchedMLP: a subset of members is not supported with batch renorm")
+            if x.dim() == 2:
+                x = x.unsqueeze(0).expand(self.members, -1, -1)
+            x = renorms[0](x, batch_stats, detach_params)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, detach_params)
+            x = layer(x, detach_params, members)
             if i < last:
+                if dropout is not None:
+                    x = x * dropout[i].to(x.dtype)
                 if len(self.norm_scale):
                     scale, shift = self.norm_scale[i], self.norm_shift[i]
+                    if members is not None:
+                        scale, shift = scale[members], shift[members]
                     if detach_params:
                         scale, shift = scale.detach(), shift.detach()
                     x = F.layer_norm(x, x.shape[-1:]) * scale + shift
                 x = self.activation(x)
+                if renorms:
+                    x = renorms[i + 1](x, batch_stats, detach_params)
         return x
 
 
@@ -206,6 +243,10 @@ class TanhGaussianActor(nn.Module):
     (so the critics see normalised actions whatever the env's scale). With
     ``obs_norm`` the actor normalises its input with a :class:`RunningObsNorm`, so
     every copy of its weights (collectors, rollouts, checkpoints) normalises alike.
+    With ``batch_renorm`` (CrossQ: keyword arguments of
+    :class:`~mbpo.agents.batch_renorm.BatchRenorm`) the input and every hidden
+    activation are batch-renormalised; only the update's actor loss uses batch
+    statistics, every other forward pass the running ones.
     """
 
     def __init__(
@@ -215,23 +256,36 @@ class TanhGaussianActor(nn.Module):
         hidden_sizes: list[int] | tuple[int, ...],
         activation: type[nn.Module] = nn.ReLU,
         obs_norm: bool = False,
+        batch_renorm: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.obs_norm: nn.Module = RunningObsNorm(obs_dim) if obs_norm else nn.Identity()
         self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation)
+        renorm_widths = [] if batch_renorm is None else [obs_dim, *hidden_sizes]
+        self.renorms = nn.ModuleList(BatchRenorm(h, **(batch_renorm or {})) for h in renorm_widths)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, batch_stats: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, log_std)``, each ``(B, act_dim)``, float32 even under bf16 autocast.
 
         The distribution maths (exp, softplus, the log-prob sum) stays in fp32: bf16
         there would cost entropy-tuning accuracy and save nothing measurable.
         """
-        mean, log_std = self.net(self.obs_norm(obs)).float().chunk(2, dim=-1)
+        x = self.obs_norm(obs)
+        if len(self.renorms):
+            x = self.renorms[0](x, batch_stats)
+            for j, module in enumerate(self.net):  # Linear, activation, ..., Linear: renorm after each activation
+                x = module(x)
+                if j % 2 == 1:
+                    x = self.renorms[j // 2 + 1](x, batch_stats)
+        else:
+            x = self.net(x)
+        mean, log_std = x.float().chunk(2, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, obs: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: torch.Tensor, eps: torch.Tensor, batch_stats: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Action in ``[-1, 1]`` ``(B, act_dim)`` and its log-prob ``(B,)`` for noise ``eps ~ N(0, I)``."""
-        mean, log_std = self(obs)
+        mean, log_std = self(obs, batch_stats)
         return squashed_gaussian_sample(mean, log_std, eps)

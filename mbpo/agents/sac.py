@@ -2,8 +2,11 @@
 
 Same objective as torchrl's ``SACLoss`` (v2: no value net, twin critics, ``l2``
 critic loss summed over the two critics, automatic entropy tuning), which is
-its test oracle (tests/agents/test_sac.py). What this file adds is speed and
-learner bookkeeping:
+its test oracle (tests/agents/test_sac.py). The critic options (REDQ's N critics
+and subset minimum, DroQ's dropout and LayerNorm, CrossQ's batch renorm without
+target critics, a policy delay) are the loss's (:mod:`mbpo.agents.sac_loss`);
+this file draws their random numbers. What this file adds is speed and learner
+bookkeeping:
 
 * **Fused update.** Every forward runs once: actor on ``obs`` (with grad) and
   on ``next_obs`` (no grad), the twin critics (one ``[2, in, out]`` batched
@@ -46,8 +49,8 @@ import torch
 from torch import nn
 
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
-from mbpo.agents.sac_loss import bf16_autocast, compiled_loss_terms, sac_loss_terms
-from mbpo.agents.update_metrics import METRIC_NAMES, UpdateMetrics
+from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_loss_terms
+from mbpo.agents.update_metrics import ACTOR_METRICS, METRIC_NAMES, UpdateMetrics
 from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
@@ -57,6 +60,9 @@ from mbpo.seeding import derive
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
 _SNAPSHOT_KEYS = ("actor", "critic", "target_critic", "log_alpha", "num_updates")
+DEFAULT_TAU = 0.005
+"""Polyak rate of the target critics when agent.sac.tau is unset (the SAC paper's)."""
+_ACTOR_SIDE = [name in ACTOR_METRICS for name in METRIC_NAMES]
 
 
 class SAC:
@@ -112,21 +118,29 @@ class SAC:
         self._bias = self._bias_cpu.to(self.device)
 
         # Seed the init locally (CPU generator only) so building an agent never moves any global RNG.
+        renorm = {"warmup": config.renorm_warmup} if config.crossq else None
+        self.critic_widths: list[int] = list(config.critic_hidden_sizes or config.hidden_sizes)
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
-            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm)
-            critic = BatchedMLP(2, self.obs_dim + self.act_dim, config.critic_hidden_sizes or config.hidden_sizes, 1,
-                                layer_norm=config.layer_norm)
+            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm,
+                                      batch_renorm=renorm)
+            critic = BatchedMLP(config.num_critics, self.obs_dim + self.act_dim, self.critic_widths, 1,
+                                layer_norm=config.layer_norm, batch_renorm=renorm)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
         self.critic = critic.to(self.device).train()
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False).train()
+        self.target_critic: BatchedMLP | None = (
+            None if config.crossq else copy.deepcopy(self.critic).requires_grad_(False).train())
+        """The Polyak-averaged critics of the TD target; None under CrossQ, which has none."""
+        self.tau = DEFAULT_TAU if config.tau is None else config.tau
+        self._snapshot_keys = tuple(k for k in _SNAPSHOT_KEYS if k != "target_critic" or not config.crossq)
         norm = self.actor.obs_norm
         self.obs_norm: RunningObsNorm | None = norm if isinstance(norm, RunningObsNorm) else None
         """Running observation statistics (agent.obs_norm); part of the actor, so they travel with its weights."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
         self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self._target_params: list[torch.Tensor] = list(self.target_critic.parameters())
+        self._target_params: list[torch.Tensor] = (
+            [] if self.target_critic is None else list(self.target_critic.parameters()))
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
         self._bf16_on = self.device.type if self.precision == "bf16" else None
@@ -138,10 +152,14 @@ class SAC:
 
         self.generator = torch.Generator(self.device).manual_seed(derive(seed, "update"))
         self.act_generator = torch.Generator("cpu").manual_seed(derive(seed, "act"))
-        # [applied, skipped] since construction, and metric sums + [applied, skipped] since pop_metrics().
+        # [applied, skipped] since construction, and metric sums + [applied, skipped, applied with the actor]
+        # since pop_metrics() (the actor's metrics are means over its own updates: policy_delay).
         self._counts = torch.zeros(2, dtype=torch.int64, device=self.device)
-        self._metric_acc = torch.zeros(len(METRIC_NAMES) + 2, device=self.device)
+        self._metric_acc = torch.zeros(len(METRIC_NAMES) + 3, device=self.device)
         self._counts_host: tuple[int, int] | None = (0, 0)
+        self._calls = 0
+        """update() calls so far (applied + skipped, known on the host): the policy delay's clock."""
+        self._actor_side = torch.tensor(_ACTOR_SIDE, device=self.device)
         # Bumped by every update() / load; the replica refreshes when it differs (no sync needed).
         self._weights_version = 0
         self._replica_version = 0
@@ -168,13 +186,15 @@ class SAC:
     def _set_counts(self, applied: int, skipped: int) -> None:
         self._counts.copy_(torch.tensor([applied, skipped], dtype=torch.int64))
         self._counts_host = (applied, skipped)
+        self._calls = applied + skipped
 
     def _make_optimizers(self) -> None:
         """Fresh Adam states (fused kernels: fast, and they honour ``found_inf`` without a host sync)."""
         c = self.config
-        self.actor_optim = torch.optim.Adam(self._actor_params, lr=c.actor_lr, fused=True)
-        self.critic_optim = torch.optim.Adam(self._critic_params, lr=c.critic_lr, fused=True)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, fused=True)
+        betas = (c.adam_beta1, 0.999)
+        self.actor_optim = torch.optim.Adam(self._actor_params, lr=c.actor_lr, betas=betas, fused=True)
+        self.critic_optim = torch.optim.Adam(self._critic_params, lr=c.critic_lr, betas=betas, fused=True)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True)
 
     def _optimizers(self) -> tuple[tuple[torch.optim.Adam, list[torch.Tensor]], ...]:
         return (
@@ -190,7 +210,8 @@ class SAC:
     @property
     def networks(self) -> dict[str, nn.Module]:
         """The learner's modules by name, for the device plan's start-up check."""
-        return {"actor": self.actor, "critic": self.critic, "target critic": self.target_critic}
+        nets: dict[str, nn.Module] = {"actor": self.actor, "critic": self.critic}
+        return nets if self.target_critic is None else {**nets, "target critic": self.target_critic}
 
     @property
     def acting_replica(self) -> nn.Module:
@@ -233,12 +254,14 @@ class SAC:
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """``min_i Q_i(s, tanh(mean(s)))`` in fp32: the critics' value of the evaluation policy at ``obs``."""
+        """``Q(s, tanh(mean(s)))`` in fp32, the critics reduced as the actor's loss reduces them (min, or mean
+        with actor_q=mean): the critics' value of the evaluation policy at ``obs``.
+        """
         with self._weights_lock:
             obs = obs.float()
             mean, _ = self.actor(obs)
-            q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1))
-        return q.float().squeeze(-1).min(0).values
+            q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1)).float().squeeze(-1)
+        return q.min(0).values if self.config.actor_q == "min" else q.mean(0)
 
     def entropy_bonus(self) -> float:
         """``alpha * H`` per step, H at ``target_entropy`` (where automatic alpha holds it): the soft part of Q."""
@@ -262,6 +285,29 @@ class SAC:
     def _noise(self, batch_size: int) -> torch.Tensor:
         """Reparameterisation noise ``[2, B, act_dim]``: ``[0]`` for ``obs``, ``[1]`` for ``next_obs``."""
         return torch.randn((2, batch_size, self.act_dim), generator=self.generator, device=self.device)
+
+    def _draws(self, batch_size: int, update_actor: bool) -> Draws:
+        """This update's random numbers, all from the learner's generator (so a resume repeats them): the noise,
+        then REDQ's subset of target critics, then DroQ's dropout masks. Options that are off draw nothing, so
+        a plain SAC's stream is what it always was.
+        """
+        c = self.config
+        subset = None
+        if c.num_min is not None and c.num_min < c.num_critics:
+            subset = torch.randperm(c.num_critics, generator=self.generator, device=self.device)[:c.num_min]
+        masks: list[tuple[torch.Tensor, ...] | None] = [None, None, None]
+        if c.dropout > 0:
+            q_rows = 2 * batch_size if c.crossq else batch_size
+            target_members = c.num_critics if c.num_min is None else min(c.num_min, c.num_critics)
+            passes = [(c.num_critics, q_rows), (target_members, batch_size), (c.num_critics, batch_size)]
+            for k, (members, rows) in enumerate(passes):
+                if (k == 1 and c.crossq) or (k == 2 and not update_actor):
+                    continue  # no target pass under CrossQ; no actor pass on a delayed step
+                masks[k] = tuple(
+                    torch.empty((members, rows, width), device=self.device)
+                    .bernoulli_(1.0 - c.dropout, generator=self.generator).div_(1.0 - c.dropout)
+                    for width in self.critic_widths)
+        return Draws(self._noise(batch_size), subset, *masks)
 
     def _check_batch(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The five transition tensors; shapes and devices checked on the host (no sync)."""
@@ -295,25 +341,28 @@ class SAC:
         if not (self.actor.training and self.critic.training):
             self.actor.train()
             self.critic.train()
-        c = self.config
         action = (action - self._bias) / self._scale  # env bounds -> [-1, 1], the actor's space
-        eps = self._noise(obs.shape[0])
+        update_actor = self._calls % self.config.policy_delay == 0
+        self._calls += 1
+        draws = self._draws(obs.shape[0], update_actor)
         if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused
             torch.compiler.cudagraph_mark_step_begin()
         loss_critic, loss_actor, loss_alpha, q_mean, entropy = self._losses(
             self.actor, self.critic, self.target_critic, self.log_alpha, self.target_entropy, self._bf16_on,
-            obs, action, reward, next_obs, terminated, discount, eps)
+            obs, action, reward, next_obs, terminated, discount, draws, self.config.actor_q, update_actor)
         alpha = self.log_alpha.detach().exp()
-        for optim, _ in self._optimizers():
+        optimizers = self._optimizers() if update_actor else self._optimizers()[:1]
+        for optim, _ in optimizers:
             optim.zero_grad(set_to_none=True)
-        (loss_critic + loss_actor + loss_alpha).backward()
-        norms = [self._clip(params) for _, params in self._optimizers()]
+        (loss_critic + loss_actor + loss_alpha if update_actor else loss_critic).backward()
+        zero = loss_critic.detach().new_zeros(())
+        norms = [self._clip(params) for _, params in optimizers] + [zero] * (3 - len(optimizers))
         losses = torch.stack((loss_critic, loss_actor, loss_alpha)).detach()
         grad_norms = torch.stack(norms)
         finite = torch.isfinite(losses).all() & torch.isfinite(grad_norms).all()
         found_inf = (~finite).float()
         with self._weights_lock:
-            for optim, _ in self._optimizers():
+            for optim, _ in optimizers:
                 # read by the fused Adam kernel: skip the whole step if 1
                 optim.found_inf = found_inf  # type: ignore[attr-defined]  # torch's stubs do not declare it
                 optim.step()
@@ -323,9 +372,11 @@ class SAC:
             # kernel per list, and its tensor weight tau * finite makes a skipped update a no-op.
             # no_grad: the online critic requires grad, and a recorded lerp would chain one autograd node per
             # parameter per update onto the target (memory that grows for the whole run).
-            weight = finite.float().mul(c.tau)
-            with torch.no_grad():
-                torch._foreach_lerp_(self._target_params, self._critic_params, [weight] * len(self._target_params))
+            if self._target_params:
+                weight = finite.float().mul(self.tau)
+                with torch.no_grad():
+                    torch._foreach_lerp_(self._target_params, self._critic_params,
+                                         [weight] * len(self._target_params))
             self._weights_version += 1
         applied = torch.stack((finite, ~finite)).to(torch.int64)
         self._counts.add_(applied)
@@ -334,7 +385,9 @@ class SAC:
             values = torch.cat((
                 losses, alpha.reshape(1), q_mean.reshape(1), entropy.reshape(1), grad_norms
             ))  # fmt: skip
-            self._metric_acc.add_(torch.cat((torch.where(finite, values, 0.0), applied.float())))
+            kept = finite if update_actor else finite & ~self._actor_side
+            actor_applied = (finite & update_actor).float().reshape(1)
+            self._metric_acc.add_(torch.cat((torch.where(kept, values, 0.0), applied.float(), actor_applied)))
         return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
 
     def _clip(self, params: list[torch.Tensor]) -> torch.Tensor:
@@ -349,32 +402,41 @@ class SAC:
         """
         acc = self._metric_acc.tolist()
         self._metric_acc.zero_()
-        applied, skipped = acc[-2], acc[-1]
-        means = {name: (v / applied if applied else float("nan")) for name, v in zip(METRIC_NAMES, acc, strict=False)}
+        applied, skipped, actor_applied = acc[-3], acc[-2], acc[-1]
+        means = {}
+        for name, v in zip(METRIC_NAMES, acc, strict=False):
+            n = actor_applied if name in ACTOR_METRICS else applied
+            means[name] = v / n if n else float("nan")
         return {**means, "updates": int(applied), "skipped": int(skipped)}
 
     # --- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Publishable CPU state (deep copies): actor, critic, target critic, log_alpha, num_updates."""
+        """Publishable CPU state (deep copies): actor, critic, target critic (none under CrossQ), log_alpha,
+        num_updates.
+        """
         with self._weights_lock:
-            return {
+            snapshot = {
                 "actor": cpu_copy(self.actor.state_dict()),
                 "critic": cpu_copy(self.critic.state_dict()),
-                "target_critic": cpu_copy(self.target_critic.state_dict()),
                 "log_alpha": cpu_copy(self.log_alpha),
                 "num_updates": self.num_updates,
             }
+            if self.target_critic is not None:
+                snapshot["target_critic"] = cpu_copy(self.target_critic.state_dict())
+            return snapshot
 
     @torch.no_grad()
     def load_snapshot(self, snapshot: Mapping[str, Any]) -> None:
         """Load weights and ``num_updates``; the Adam states are re-created so they match the new weights."""
-        missing = [k for k in _SNAPSHOT_KEYS if k not in snapshot]
+        missing = [k for k in self._snapshot_keys if k not in snapshot]
         if missing:
-            raise KeyError(f"not a SAC snapshot: missing {missing} (expected keys {list(_SNAPSHOT_KEYS)})")
+            raise KeyError(f"not a SAC snapshot of this config: missing {missing} (expected keys "
+                           f"{list(self._snapshot_keys)})")
         with self._weights_lock:
             self.actor.load_state_dict(snapshot["actor"])
             self.critic.load_state_dict(snapshot["critic"])
-            self.target_critic.load_state_dict(snapshot["target_critic"])
+            if self.target_critic is not None:
+                self.target_critic.load_state_dict(snapshot["target_critic"])
             self.log_alpha.copy_(torch.as_tensor(snapshot["log_alpha"]))
             self._make_optimizers()
             self._set_counts(int(snapshot["num_updates"]), self.num_skipped_updates)
@@ -404,5 +466,8 @@ class SAC:
         self.generator.set_state(state["generator"])
         self.act_generator.set_state(state["act_generator"])
         self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
-        self._metric_acc.copy_(state["metric_acc"])
+        acc = torch.as_tensor(state["metric_acc"])
+        if acc.numel() == self._metric_acc.numel() - 1:  # written before the actor's own count: every update was one
+            acc = torch.cat((acc, acc[-2:-1]))
+        self._metric_acc.copy_(acc)
 

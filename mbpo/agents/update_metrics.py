@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-__all__ = ["METRIC_NAMES", "UpdateMetrics"]
+__all__ = ["METRIC_NAMES", "ACTOR_METRICS", "UpdateMetrics"]
 
 METRIC_NAMES = (
     "loss_critic",
@@ -20,6 +20,9 @@ METRIC_NAMES = (
     "grad_norm_alpha",
 )
 """Per-update metrics, in the order of the on-device metric vector. Grad norms are before clipping."""
+ACTOR_METRICS = frozenset({"loss_actor", "loss_alpha", "entropy", "grad_norm_actor", "grad_norm_alpha"})
+"""The metrics of the actor and alpha step, which a policy delay (agent.sac.policy_delay) skips on most updates:
+their means are over the updates that made that step."""
 
 
 class UpdateMetrics(Mapping[str, float]):

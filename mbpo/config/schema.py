@@ -57,7 +57,31 @@ class SACConfig:
     """Hidden layer widths of each critic; null = hidden_sizes (large-batch recipes widen the critics to
     512-1024 and keep the actor small)."""
     layer_norm: bool = False
-    """LayerNorm in every hidden layer of the critics (FastTD3 / FlashSAC's stabiliser for big batches)."""
+    """LayerNorm in every hidden layer of the critics (DroQ, with dropout; FastTD3 / FlashSAC's stabiliser for big
+    batches)."""
+    dropout: float = 0.0
+    """Dropout rate in every hidden layer of the critics, before the LayerNorm, in every critic pass of an update
+    (DroQ: 0.01 with layer_norm); 0 = none."""
+    num_critics: int = 2
+    """Critics in the ensemble, N (SAC's clipped double Q: 2; REDQ: 10)."""
+    num_min: int | None = None
+    """The TD target takes the minimum over a random subset of this many critics, drawn anew every update (REDQ's
+    M: 2); null = over all num_critics (SAC)."""
+    actor_q: str = "min"
+    """How the actor's loss reduces the critics' values of its action: min (SAC) or mean over all num_critics
+    (REDQ); value estimates (q_bias) reduce the same way."""
+    crossq: bool = False
+    """CrossQ: no target critics (leave tau unset), batch renorm in the critics and the actor, and (s, a) with
+    (s', a') in one critic pass, so that the batch statistics cover both. The paper pairs it with policy_delay 3,
+    adam_beta1 0.5, learning rates 1e-3 and 2048-wide critics."""
+    renorm_warmup: int = 100_000
+    """CrossQ: updates of plain batch norm before batch renorm corrects towards the running statistics (the
+    paper's 100,000)."""
+    policy_delay: int = 1
+    """Critic updates per actor and alpha update (CrossQ: 3; REDQ: 20, one per env step at its 20 updates per
+    step)."""
+    adam_beta1: float = 0.9
+    """Adam's beta1 of the actor, critic and alpha optimizers (CrossQ: 0.5)."""
     actor_lr: float = 3e-4
     """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
@@ -70,8 +94,9 @@ class SACConfig:
     """Entropy target in nats; null means -act_dim (the SAC paper's heuristic)."""
     gamma: float = 0.99
     """Discount factor per env step."""
-    tau: float = 0.005
-    """Polyak rate of the target critics per update (1.0 = hard copy)."""
+    tau: float | None = None
+    """Polyak rate of the target critics per update (1.0 = hard copy); null = 0.005 (SAC's), or no target critics
+    with crossq."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip per network; 0 disables clipping."""
     precision: str = "fp32"

@@ -23,6 +23,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "agent.name": ("sac", "dqn"),
     "env.source": ("auto", "native", "gymnasium"),
     "agent.sac.precision": ("fp32", "bf16", "auto"),
+    "agent.sac.actor_q": ("min", "mean"),
     "model.precision": ("fp32", "bf16", "auto"),
     "model.fit_baseline": ("new_fit", "pre_fit"),
     "trainer": ("async", "sync"),
@@ -78,6 +79,12 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "agent.sac.gamma": (0, 1, True),
     "agent.sac.tau": (0, 1, False),
     "agent.sac.max_grad_norm": (0, None, True),
+    "agent.sac.dropout": (0, 1, True),
+    "agent.sac.num_critics": (1, None, True),
+    "agent.sac.num_min": (1, None, True),
+    "agent.sac.renorm_warmup": (0, None, True),
+    "agent.sac.policy_delay": (1, None, True),
+    "agent.sac.adam_beta1": (0, 1, True),
     "agent.dqn.lr": (0, None, False),
     "agent.dqn.gamma": (0, 1, True),
     "agent.dqn.target_update_interval": (1, None, True),
@@ -171,6 +178,7 @@ def validate(config: Config) -> None:
     if config.agent.obs_norm and config.agent.name != "sac":
         raise ConfigError("agent.obs_norm=true is for agent.name=sac (the normaliser lives in SAC's actor); "
                           "use agent.obs_norm=false with dqn")
+    _check_critic(config)
     if config.agent.n_step > 1 and config.model.enabled:
         raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
                           "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
@@ -203,6 +211,20 @@ def validate(config: Config) -> None:
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
     _check_budgets(config)
+
+
+def _check_critic(config: Config) -> None:
+    """The SAC critic options that contradict each other (mbpo.agents.sac_loss says what each does)."""
+    sac = config.agent.sac
+    if sac.dropout >= 1 or sac.adam_beta1 >= 1:
+        key, value = ("dropout", sac.dropout) if sac.dropout >= 1 else ("adam_beta1", sac.adam_beta1)
+        raise ConfigError(f"agent.sac.{key}={value!r} is out of range; expected a value in [0, 1)")
+    if sac.num_min is not None and sac.num_min > sac.num_critics:
+        raise ConfigError(f"agent.sac.num_min={sac.num_min} is out of range; the target's minimum is over a subset of "
+                          f"the critics, so expected at most agent.sac.num_critics={sac.num_critics}")
+    if sac.crossq and sac.tau is not None:
+        raise ConfigError(f"agent.sac.tau={sac.tau} with agent.sac.crossq=true: CrossQ has no target critics to "
+                          "update; leave agent.sac.tau unset (null)")
 
 
 _PASSED_TO_FACTORY = {"num_envs": "env.num_envs", "device": "env.device (or device)", "seed": "the run's seed"}

@@ -16,10 +16,12 @@ from tests.agents.test_sac import HIGH, LOW, OBS_DIM, make_batch
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
-def pair(device: str, obs_norm: bool = False) -> tuple[SAC, SAC]:
+def pair(device: str, obs_norm: bool = False, **sac: object) -> tuple[SAC, SAC]:
     """An eager and a compiled learner with the same seed; the compiled one gets the eager one's noise."""
     cfg = AgentConfig(obs_norm=obs_norm)
     cfg.sac.hidden_sizes = [32, 32]
+    for key, value in sac.items():
+        setattr(cfg.sac, key, value)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     act_space = gym.spaces.Box(LOW, HIGH, dtype=np.float32)
     eager = make_agent(cfg, obs_space, act_space, device, seed=0)
@@ -50,6 +52,18 @@ def test_compiled_update_equals_eager_on_cpu(obs_norm: bool) -> None:
     eager, compiled = pair("cpu", obs_norm)
     assert compiled._losses is not sac_loss_terms  # the compiled path really runs
     assert_same_updates(eager, compiled, "cpu", updates=5, tol=1e-5)
+
+
+@pytest.mark.parametrize("sac", [
+    {"num_critics": 5, "num_min": 2, "actor_q": "mean", "dropout": 0.1, "layer_norm": True, "policy_delay": 2},
+    {"crossq": True, "dropout": 0.1, "num_critics": 3, "num_min": 2, "policy_delay": 2, "renorm_warmup": 2},
+], ids=["redq-droq", "crossq"])
+def test_compiled_critic_options_equal_eager(sac: dict[str, object]) -> None:
+    """Every critic option through the compiled loss: the target subset, dropout masks, renorm statistics and
+    the delayed steps' critic-only graph.
+    """
+    eager, compiled = pair("cpu", **sac)
+    assert_same_updates(eager, compiled, "cpu", updates=4, tol=1e-4)  # fused renorm reductions reorder sums
 
 
 def test_many_compiled_agents_in_one_process_share_one_graph() -> None:

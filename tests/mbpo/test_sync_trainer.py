@@ -91,6 +91,12 @@ VARIANTS = {
              "model.weight_decay=[0,0,0]", "model.max_epochs=5", "model.train_freq=100", "model.rollouts_per_real=2",
              "model.epoch_length=100", "model.rollout_schedule=[0,3,1,3]"),
 }
+VARIANTS["mbpo-crossq"] = (*VARIANTS["mbpo"], "agent.sac.crossq=true", "agent.sac.policy_delay=3",
+                           "agent.sac.renorm_warmup=50", "agent.sac.precision=auto")
+VARIANTS["sac-redq-droq"] = (*VARIANTS["sac"], "agent.sac.num_critics=4", "agent.sac.num_min=2",
+                             "agent.sac.actor_q=mean", "agent.sac.dropout=0.05", "agent.sac.layer_norm=true",
+                             "agent.sac.policy_delay=2")
+"""The critic options (mbpo.agents.sac_loss), with and without the model, bf16 where the CPU has it."""
 
 
 def tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:

@@ -200,6 +200,21 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
         assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())
 
 
+def test_a_crossq_learner_without_target_critics_trains_async_mbpo_on_every_backend(
+        tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
+    """CrossQ's snapshot has no target critic: it must publish to collectors (shared memory for processes) and
+    to the model thread's rollouts, which act with the actor's running renorm statistics.
+    """
+    cfg = tiny_config(*MODEL, f"runtime.backend={backend}", "agent.sac.crossq=true", "agent.sac.num_critics=3",
+                      "agent.sac.num_min=2", "agent.sac.dropout=0.05", "agent.sac.policy_delay=2")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert trainer.agent.target_critic is None and row["skipped_updates"] == 0  # type: ignore[attr-defined]
+    assert row["rollout_policy_version"] >= 1 and trainer.model is not None and len(trainer.model.model_buffer) > 0
+    assert abs(row["utd_ratio_realised"] / updates_per_transition(cfg) - 1) <= cfg.runtime.ratio_tolerance
+    assert all(bool(torch.isfinite(t).all()) for t in trainer.agent.snapshot()["critic"].values())
+
+
 def test_a_finished_run_waits_for_the_last_model_training_it_earned(tiny_config: Callable[..., Config],
                                                                      thread_baseline: int) -> None:
     """The SyncTrainer trains at its last step; the async run must not end (and cut that fit short) while

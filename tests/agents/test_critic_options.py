@@ -1,0 +1,372 @@
+"""SAC's critic options against their reference definitions: torchrl's REDQLoss and CrossQLoss (losses and
+gradients on the same weights, batch and noise), torchrl's BatchRenorm1d, DroQ's layer order, and the
+policy delay's count; then the learner's bookkeeping (resume, snapshots, bf16) for every option.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Iterator
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.modules import BatchRenorm1d, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import CrossQLoss, REDQLoss, ValueEstimators
+
+from mbpo.agents.batch_renorm import BatchRenorm
+from mbpo.agents.networks import BatchedMLP
+from mbpo.agents.sac import SAC
+from mbpo.agents.sac_loss import Draws
+from mbpo.config import ConfigError, load_config
+from mbpo.precision import bf16_autocast_supported
+from tests.agents.test_sac import ACT_DIM, HIGH, LOW, OBS_DIM, _LocScale, _QNet, make_batch, make_sac, params_of
+
+pytestmark = pytest.mark.timeout(120)
+
+OPTIONS = {
+    "redq": {"num_critics": 5, "num_min": 2, "actor_q": "mean", "policy_delay": 2},
+    "droq": {"dropout": 0.1, "layer_norm": True},
+    "crossq": {"crossq": True, "policy_delay": 3, "adam_beta1": 0.5, "renorm_warmup": 2},
+}
+"""One config per critic option (small sizes; renorm past its warm-up within a few updates)."""
+
+
+@pytest.fixture(autouse=True)
+def _one_intra_op_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _td(batch: TensorDict) -> TensorDict:
+    """Our env-scale batch as torchrl's TensorDict, actions in the actor's [-1, 1]."""
+    b = batch["obs"].shape[0]
+    high, low = torch.from_numpy(HIGH), torch.from_numpy(LOW)
+    term = batch["terminated"].reshape(b, 1)
+    return TensorDict({
+        "observation": batch["obs"], "action": (batch["action"] - (high + low) / 2) / ((high - low) / 2),
+        "next": {"observation": batch["next_obs"], "reward": batch["reward"].reshape(b, 1), "done": term,
+                 "terminated": term},
+    }, batch_size=[b])  # fmt: skip
+
+
+def _torchrl_actor(sac: SAC) -> ProbabilisticActor:
+    return ProbabilisticActor(
+        TensorDictModule(_LocScale(copy.deepcopy(sac.actor)), in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"], distribution_class=TanhNormal, distribution_kwargs={"low": -1.0, "high": 1.0})
+
+
+def _member(critic: BatchedMLP, m: int, renorm_eps: float = 1e-3) -> nn.Sequential:
+    """Member ``m`` of our critic as plain torch layers (BatchRenorm1d where ours renormalises)."""
+    layers: list[nn.Module] = []
+
+    def renorm(i: int) -> None:
+        ours = critic.renorms[i]
+        theirs = BatchRenorm1d(ours.weight.shape[-1], momentum=ours.momentum, eps=renorm_eps, warmup_steps=ours.warmup)
+        with torch.no_grad():
+            for name in ("weight", "bias", "running_mean", "running_var"):
+                getattr(theirs, name).copy_(getattr(ours, name)[m].reshape(-1))
+            theirs.num_batches_tracked.copy_(ours.num_batches_tracked)
+        layers.append(theirs)
+
+    if len(critic.renorms):
+        renorm(0)
+    for i, layer in enumerate(critic.layers):
+        linear = nn.Linear(layer.in_features, layer.out_features)
+        with torch.no_grad():
+            linear.weight.copy_(layer.weight[m].T)
+            linear.bias.copy_(layer.bias[m, 0])
+        layers.append(linear)
+        if i < len(critic.layers) - 1:
+            layers.append(nn.ReLU())
+            if len(critic.renorms):
+                renorm(i + 1)
+    return nn.Sequential(*layers)
+
+
+def _grads_match(sac: SAC, actor_params: TensorDict, q_params: TensorDict, critic_scale: float = 1.0) -> None:
+    """Our .grad against torchrl's, actor and critics (``critic_scale``: ours over theirs)."""
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    theirs = dict(actor_params.flatten_keys(".").items())
+    for name, p in sac.actor.named_parameters():
+        (key,) = [k for k in theirs if k.endswith(name)]
+        torch.testing.assert_close(p.grad, theirs[key].grad, **tol)
+    flat = dict(q_params.flatten_keys(".").items())
+    linears = sorted((k for k in flat if k.endswith("weight") and flat[k].dim() == 3),
+                     key=lambda k: int(k.split(".")[-2]))
+    for ours, key in zip(sac.critic.layers, linears, strict=True):
+        torch.testing.assert_close(ours.weight.grad, critic_scale * flat[key].grad.transpose(1, 2), **tol)
+        bias = flat[key[: -len("weight")] + "bias"]
+        torch.testing.assert_close(ours.bias.grad, critic_scale * bias.grad.unsqueeze(1), **tol)
+
+
+@pytest.mark.filterwarnings("ignore:No target network updater")
+def test_redq_matches_torchrl_redq_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N = 5 critics, the target's min over a random M = 2 of the target critics, the actor against the mean of
+    all N. torchrl averages the critic loss over critics (the REDQ authors' code sums: ``mse * num_Q``), and its
+    alpha loss departs from the authors' (``alpha`` over both draws, not ``log_alpha`` over the actor's):
+    ours keeps SAC's, checked by formula.
+    """
+    n, m = 5, 2
+    sac = make_sac(seed=3, num_critics=n, num_min=m, actor_q="mean", init_alpha=0.7, gamma=0.97, max_grad_norm=0.0)
+    assert sac.target_critic is not None
+    with torch.no_grad():
+        for p in sac.target_critic.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    batch = make_batch(64, seed=1)
+    eps = torch.randn(2, 64, ACT_DIM, generator=torch.Generator().manual_seed(7))
+
+    qnets = [ValueOperator(_QNet(_member(sac.critic, k)), in_keys=["observation", "action"]) for k in range(n)]
+    loss = REDQLoss(_torchrl_actor(sac), qnets, num_qvalue_nets=n, sub_sample_len=m, loss_function="l2",
+                    alpha_init=0.7, target_entropy=sac.target_entropy)
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.97)
+    target = dict(loss.target_qvalue_network_params.flatten_keys(".").items())
+    with torch.no_grad():
+        for k in range(n):
+            for key, value in _member(sac.target_critic, k).state_dict().items():
+                target[f"module.net.{key}"][k].copy_(value)
+    torch.manual_seed(11)
+    subset = torch.randperm(n)[:m].sort().values  # what REDQLoss will draw after the same seed
+    draws = [eps]
+    monkeypatch.setattr(torch.distributions.normal, "_standard_normal", lambda shape, dtype, device: draws.pop(0))
+    torch.manual_seed(11)
+    out = loss(_td(batch))
+    assert not draws
+    (out["loss_actor"] + out["loss_qvalue"]).backward()
+
+    monkeypatch.setattr(sac, "_draws", lambda batch_size, update_actor: Draws(eps, subset))
+    metrics = sac.update(batch)
+    approx = {"rel": 1e-5, "abs": 1e-5}
+    assert metrics["loss_critic"] == pytest.approx(n * out["loss_qvalue"].item(), **approx)
+    assert metrics["loss_actor"] == pytest.approx(out["loss_actor"].item(), **approx)
+    log_prob = -out["action_log_prob_actor"]
+    assert metrics["entropy"] == pytest.approx(log_prob.mean().item(), **approx)
+    assert metrics["loss_alpha"] == pytest.approx(
+        -(torch.log(torch.tensor(0.7)) * (-log_prob + sac.target_entropy)).mean().item(), **approx)
+    _grads_match(sac, loss.actor_network_params, loss.qvalue_network_params, critic_scale=n)
+
+
+@pytest.mark.filterwarnings("ignore:No target network updater")
+@pytest.mark.parametrize("warmup", [0, 10**6], ids=["renorm", "batch-norm-warm-up"])
+def test_crossq_matches_torchrl_crossq_loss(monkeypatch: pytest.MonkeyPatch, warmup: int) -> None:
+    """No target critics; (s, a) and (s', a') through the critics' batch renorm in one pass; the actor's loss
+    against the critics' running statistics as that pass left them. Our actor here has no renorm of its own
+    (torchrl's runs it in train mode where sbx does not), which the next test covers.
+    """
+    sac = make_sac(seed=5, crossq=True, renorm_warmup=warmup, init_alpha=0.7, gamma=0.97, max_grad_norm=0.0)
+    assert sac.target_critic is None
+    sac.actor.renorms = nn.ModuleList()  # a plain actor: torchrl and sbx differ on the actor's renorm mode
+    with torch.no_grad():  # running statistics away from (0, 1), so the renorm's r and d are not trivial
+        for renorm in sac.critic.renorms:
+            renorm.running_mean.normal_(0.0, 0.3)
+            renorm.running_var.uniform_(0.5, 2.0)
+    batch = make_batch(64, seed=2)
+    eps = torch.randn(2, 64, ACT_DIM, generator=torch.Generator().manual_seed(8))
+    qnets = [ValueOperator(_QNet(_member(sac.critic, k)), in_keys=["observation", "action"]) for k in range(2)]
+    loss = CrossQLoss(_torchrl_actor(sac), qnets, num_qvalue_nets=2, loss_function="l2", alpha_init=0.7,
+                      target_entropy=sac.target_entropy)
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.97)
+    draws = [eps[1], eps[0]]  # the next action first (the critic loss), then the actor's
+    monkeypatch.setattr(torch.distributions.normal, "_standard_normal", lambda shape, dtype, device: draws.pop(0))
+    # CrossQLoss's next action is a sample(), which draws with torch.normal: route it through the same noise
+    monkeypatch.setattr(torch.distributions.Normal, "sample",
+                        lambda self, sample_shape=(): self.rsample(torch.Size(sample_shape)).detach())
+    out = loss(_td(batch))
+    assert not draws
+    (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+
+    monkeypatch.setattr(sac, "_noise", lambda batch_size: eps)
+    metrics = sac.update(batch)
+    approx = {"rel": 1e-5, "abs": 1e-5}
+    for ours, theirs in (("loss_critic", "loss_qvalue"), ("loss_actor", "loss_actor"), ("loss_alpha", "loss_alpha"),
+                         ("entropy", "entropy")):
+        assert metrics[ours] == pytest.approx(out[theirs].item(), **approx), ours
+    _grads_match(sac, loss.actor_network_params, loss.qvalue_network_params)
+    flat = dict(loss.qvalue_network_params.flatten_keys(".").items())
+    stats = sorted(k for k in flat if k.endswith("running_mean"))
+    assert len(stats) == len(sac.critic.renorms) == 3
+    for renorm, key in zip(sac.critic.renorms, stats, strict=True):  # the one pass moved the statistics alike
+        torch.testing.assert_close(renorm.running_mean.squeeze(1), flat[key], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(renorm.running_var.squeeze(1), flat[key[: -len("mean")] + "var"],
+                                   rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("warmup", [0, 3, 10**6])
+def test_batch_renorm_matches_torchrl_batch_renorm_per_member(warmup: int) -> None:
+    """Per member, training passes and an eval pass equal torchrl's BatchRenorm1d with the same statistics
+    (three passes: within torchrl's warm-up handling, which grows past 1 after two warm-ups).
+    """
+    g = torch.Generator().manual_seed(0)
+    ours = BatchRenorm(6, (3,), warmup=warmup)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5, generator=g)
+        ours.bias.uniform_(-0.5, 0.5, generator=g)
+    theirs = [BatchRenorm1d(6, momentum=0.01, eps=1e-3, warmup_steps=warmup) for _ in range(3)]
+    for k, t in enumerate(theirs):
+        with torch.no_grad():
+            t.weight.copy_(ours.weight[k, 0])
+            t.bias.copy_(ours.bias[k, 0])
+    for step in range(3):
+        x = 2.0 + 3.0 * torch.randn(3, 32, 6, generator=g)
+        y = ours(x, batch_stats=True)
+        for k, t in enumerate(theirs):
+            torch.testing.assert_close(y[k], t.train()(x[k]), rtol=1e-5, atol=1e-5, msg=f"step {step}, member {k}")
+    x = torch.randn(3, 8, 6, generator=g)
+    for k, t in enumerate(theirs):
+        torch.testing.assert_close(ours(x)[k], t.eval()(x[k]), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours.running_var[k, 0], t.running_var)
+
+
+def test_batch_renorm_moves_its_statistics_only_in_the_update() -> None:
+    """Acting, model rollouts and value() see the running statistics and never move them, whatever the mode."""
+    sac = make_sac(**OPTIONS["crossq"])
+    state = copy.deepcopy(sac.actor.state_dict())
+    obs = torch.randn(16, OBS_DIM)
+    sac.actor.train()
+    sac.value(obs)
+    sac.rollout_act(obs, sac.rollout_noise(16, torch.Generator().manual_seed(0)))
+    sac.act(obs, explore=True)
+    after = sac.actor.state_dict()
+    assert all(torch.equal(state[k], after[k]) for k in state)
+    sac.update(make_batch())  # the first update is an actor update (policy delay counts from it)
+    moved = sac.actor.state_dict()
+    assert not torch.equal(state["renorms.0.running_mean"], moved["renorms.0.running_mean"])
+    assert int(moved["renorms.1.num_batches_tracked"]) == 1
+    assert int(sac.critic.renorms[0].num_batches_tracked) == 1  # one joint pass per update
+
+
+def test_dropout_layer_norm_critic_is_linear_dropout_layernorm_relu_per_member() -> None:
+    """DroQ's hidden layer (Linear -> Dropout -> LayerNorm -> ReLU), with the masks we pass in."""
+    torch.manual_seed(0)
+    critic = BatchedMLP(2, 5, [16, 8], 1, layer_norm=True)
+    x = torch.randn(7, 5)
+    g = torch.Generator().manual_seed(1)
+    masks = tuple((torch.rand(2, 7, w, generator=g) > 0.3).float() / 0.7 for w in (16, 8))
+    out = critic(x, dropout=masks)
+    for m in range(2):
+        h = x
+        for i, layer in enumerate(critic.layers):
+            h = h @ layer.weight[m] + layer.bias[m]
+            if i < 2:
+                h = nn.functional.layer_norm(h * masks[i][m], (h.shape[-1],)) * critic.norm_scale[i][m] \
+                    + critic.norm_shift[i][m]
+                h = torch.relu(h)
+        torch.testing.assert_close(out[m], h)
+
+
+def test_dropout_masks_come_from_the_learners_generator_at_the_rate() -> None:
+    sac = make_sac(seed=0, **OPTIONS["droq"])
+    draws = sac._draws(256, update_actor=True)
+    assert draws.dropout_q is not None and draws.dropout_target is not None and draws.dropout_pi is not None
+    masks = torch.cat([m.flatten() for m in (*draws.dropout_q, *draws.dropout_target, *draws.dropout_pi)])
+    assert masks.unique().tolist() == pytest.approx([0.0, 1 / 0.9])
+    assert (masks == 0).float().mean().item() == pytest.approx(0.1, abs=0.01)
+    global_state = torch.random.get_rng_state()
+    again = make_sac(seed=0, **OPTIONS["droq"])._draws(256, update_actor=True)
+    assert torch.equal(torch.random.get_rng_state(), global_state)  # torch's global RNG untouched
+    assert torch.equal(draws.dropout_q[0], again.dropout_q[0])
+    assert sac._draws(256, update_actor=False).dropout_pi is None  # a delayed step draws no actor pass
+
+
+def test_plain_sac_draws_only_its_noise() -> None:
+    """Options that are off draw nothing: a plain SAC's random stream is what it always was."""
+    sac = make_sac(seed=4)
+    draws = sac._draws(32, update_actor=True)
+    assert draws.subset is None and draws.dropout_q is None and draws.dropout_target is None
+    assert torch.equal(draws.eps, torch.randn((2, 32, ACT_DIM), generator=torch.Generator().manual_seed(
+        make_sac(seed=4).generator.initial_seed())))
+
+
+def test_redq_subset_is_m_distinct_critics_drawn_anew() -> None:
+    sac = make_sac(**OPTIONS["redq"])
+    subsets = [tuple(sorted(sac._draws(8, True).subset.tolist())) for _ in range(50)]  # type: ignore[union-attr]
+    assert all(len(set(s)) == 2 and all(0 <= i < 5 for i in s) for s in subsets)
+    assert len(set(subsets)) > 5
+
+
+def test_policy_delay_steps_the_actor_and_alpha_once_per_delay() -> None:
+    sac = make_sac(policy_delay=3)
+    actor_before = copy.deepcopy(sac.actor.state_dict())
+    alphas = []
+    for s in range(7):
+        sac.update(make_batch(seed=s))
+        alphas.append(sac.log_alpha.item())
+        if s == 0:
+            assert not torch.equal(actor_before["net.0.weight"], sac.actor.state_dict()["net.0.weight"])
+    # the actor and alpha step on updates 0, 3 and 6; the critic on all 7
+    assert [int(st["step"]) for st in sac.actor_optim.state.values()][0] == 3
+    assert [int(st["step"]) for st in sac.critic_optim.state.values()][0] == 7
+    assert alphas[0] == alphas[1] == alphas[2] != alphas[3] == alphas[4] == alphas[5] != alphas[6]
+    metrics = sac.pop_metrics()
+    assert metrics["updates"] == 7 and metrics["loss_actor"] != 0  # the actor's means are over its 3 updates
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_state_dict_round_trip_gives_bit_identical_updates(option: str) -> None:
+    """Mid-delay, with renorm statistics and a subset drawn: a resumed learner continues exactly."""
+    a = make_sac(seed=0, **OPTIONS[option])
+    for s in range(4):
+        a.update(make_batch(seed=s))
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b = make_sac(seed=9, **OPTIONS[option])
+    b.load_state_dict(torch.load(buf, weights_only=True))
+    obs = torch.randn(4, OBS_DIM)
+    for s in range(4, 9):
+        assert dict(a.update(make_batch(seed=s))) == dict(b.update(make_batch(seed=s)))
+        assert torch.equal(a.act(obs, explore=True), b.act(obs, explore=True))
+    pa, pb = params_of_any(a), params_of_any(b)
+    assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert a.pop_metrics() == pytest.approx(b.pop_metrics(), nan_ok=True)
+
+
+def params_of_any(sac: SAC) -> dict[str, torch.Tensor]:
+    """Every tensor of the learner's state (buffers too), target critic or not."""
+    if sac.target_critic is not None:
+        return params_of(sac)
+    out = {f"actor.{k}": v.clone() for k, v in sac.actor.state_dict().items()}
+    out |= {f"critic.{k}": v.clone() for k, v in sac.critic.state_dict().items()}
+    return out | {"log_alpha": sac.log_alpha.detach().clone()}
+
+
+def test_crossq_snapshot_has_no_target_critic_and_loads() -> None:
+    source = make_sac(**OPTIONS["crossq"])
+    source.update(make_batch())
+    snap = source.snapshot()
+    assert "target_critic" not in snap and "critic" in snap
+    assert set(source.networks) == {"actor", "critic"}
+    sink = make_sac(seed=2, **OPTIONS["crossq"])
+    sink.load_snapshot(snap)
+    obs = torch.randn(5, OBS_DIM)
+    assert torch.equal(sink.act(obs, explore=False), source.act(obs, explore=False))
+    with pytest.raises(KeyError, match="target_critic"):
+        make_sac().load_snapshot(snap)  # a plain SAC needs one
+
+
+@pytest.mark.skipif(not bf16_autocast_supported(torch.device("cpu")), reason="this CPU has no native bf16")
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_bf16_update_of_each_option_is_close_to_fp32(option: str) -> None:
+    fp32, bf16 = make_sac(seed=1, **OPTIONS[option]), make_sac(seed=1, precision="bf16", **OPTIONS[option])
+    for s in range(3):
+        a, b = fp32.update(make_batch(seed=s)), bf16.update(make_batch(seed=s))
+        assert b["skipped"] == 0.0
+        assert b["loss_critic"] == pytest.approx(a["loss_critic"], rel=0.1, abs=0.05)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["agent.sac.num_critics=2", "agent.sac.num_min=3"], "agent.sac.num_min=3 is out of range.*at most "
+                                                         "agent.sac.num_critics=2"),
+    (["agent.sac.crossq=true", "agent.sac.tau=0.01"], "agent.sac.tau=0.01 with agent.sac.crossq=true"),
+    (["agent.sac.dropout=1.0"], r"agent.sac.dropout=1.0 is out of range; expected a value in \[0, 1\)"),
+    (["agent.sac.actor_q=max"], "agent.sac.actor_q='max' is not allowed; expected one of min, mean"),
+    (["agent.sac.policy_delay=0"], "agent.sac.policy_delay=0 is out of range"),
+])
+def test_a_bad_critic_combination_is_one_config_error(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
