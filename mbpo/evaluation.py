@@ -22,7 +22,7 @@ import torch
 import envs
 from mbpo.agents.base import Agent
 
-__all__ = ["evaluate", "evaluate_episodes", "Episodes", "critic_bias"]
+__all__ = ["evaluate", "evaluate_episodes", "Episodes", "critic_bias", "eval_stats"]
 
 MAX_EVAL_STEPS = 100_000  # for envs without a time limit
 
@@ -78,6 +78,15 @@ def evaluate_episodes(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[
         if not bool(running.any()):
             break
     return Episodes(returns.tolist(), discounted.tolist(), start_obs, lengths.tolist(), gamma)
+
+
+def eval_stats(episodes: Episodes) -> dict[str, float]:
+    """The spread beside an evaluation's mean return: the episodes' return std (population, as SB3's
+    ``evaluate_policy``), min and max, and their mean length in steps (a falling Hopper ends early).
+    """
+    returns = torch.tensor(episodes.returns, dtype=torch.float64)
+    return {"eval_return_std": float(returns.std(correction=0)), "eval_return_min": float(returns.min()),
+            "eval_return_max": float(returns.max()), "eval_length_mean": sum(episodes.lengths) / len(episodes.lengths)}
 
 
 def critic_bias(agent: Agent, episodes: Episodes) -> dict[str, float]:

@@ -4,9 +4,12 @@
   holder's pid and host written inside so a second ``train``/``resume`` can say
   who holds it. The kernel drops the lock when its process dies; a lock file
   still naming a dead pid of this host is taken over with a message.
-* ``run.json``: the run's identity, written once when it starts: a random run
+* ``run.json``: the run's identity, written when it starts: a random run
   id and a hash of its config minus the keys a resume may change. Every
   checkpoint carries the same identity, so resume refuses another run's file.
+  Beside it, ``provenance``: what produced the run (commit, dirty tree, package
+  versions, CPU flags; mbpo.provenance), one record at the start and one
+  appended by every resume.
 * ``config.yaml``: the config the run started with (never rewritten);
   ``resumes.yaml``: one entry per resume, with its overrides.
 """
@@ -31,8 +34,10 @@ from omegaconf import OmegaConf
 
 from mbpo.config import Config, config_from_yaml
 from mbpo.errors import MbpoError
+from mbpo.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "check_belongs", "write_config", "log_resume",
+           "record_provenance",
            "RESUMABLE_OVERRIDES",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE"]
 
@@ -91,11 +96,22 @@ class RunIdentity:
         except (OSError, ValueError):
             return None
 
-    def write(self, run_dir: str | Path, config: Config) -> None:
-        """Record the identity (and what run it is, for people reading the file)."""
+    def write(self, run_dir: str | Path, config: Config, at_env_steps: int = 0) -> None:
+        """Record the identity (and what run it is, for people reading the file), with the provenance of this
+        start (``at_env_steps``: where a run dir without a run.json is resumed).
+        """
         summary = {**self.as_dict(), "env": config.env.id, "agent": config.agent.name,
-                   "mbpo": config.model.enabled, "seed": config.seed, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+                   "mbpo": config.model.enabled, "seed": config.seed, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "provenance": [provenance(at_env_steps)]}
         _write_atomic(Path(run_dir) / IDENTITY_FILE, json.dumps(summary, indent=1) + "\n")
+
+
+def record_provenance(run_dir: str | Path, at_env_steps: int) -> None:
+    """Append what runs a resume (commit, packages, machine) to run.json's ``provenance`` list."""
+    path = Path(run_dir) / IDENTITY_FILE
+    data = json.loads(path.read_text())
+    data.setdefault("provenance", []).append(provenance(at_env_steps))
+    _write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def write_config(run_dir: str | Path, config_yaml: str) -> None:

@@ -27,12 +27,12 @@ from mbpo.config import Config, ConfigError, rollouts_per_transition, to_yaml, u
 from mbpo.devices import DevicePlan
 from mbpo.env_builder import build_env
 from mbpo.errors import MbpoError
-from mbpo.evaluation import critic_bias, evaluate_episodes
+from mbpo.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.model_based import ModelBased
 from mbpo.models.rules import probe_transitions
 from mbpo.precision import resolve_precision
 from mbpo.rollouts import rollout_bytes
-from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, write_config
+from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
 from mbpo.seeding import derive
 from mbpo.throughput import RATE_COLUMNS, Throughput
 from mbpo.trainers.resume import ResumePoint, load_for_resume
@@ -160,6 +160,8 @@ class Trainer:
         self.wall_s = 0.0
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
+        self.last_eval_stats: dict[str, float] = {}
+        """The spread of the last evaluation's episodes (mbpo.evaluation.eval_stats)."""
         self.last_q_bias: dict[str, float] = {}
         """The critic's bias at the last evaluation's start states (q_start, mc_return_start, q_bias)."""
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
@@ -228,6 +230,7 @@ class Trainer:
         gamma = self.config.agent.sac.gamma if self.config.agent.name == "sac" else self.config.agent.dqn.gamma
         episodes = evaluate_episodes(self.agent, self.eval_env, self.eval_seed(), poll, gamma)
         self.last_eval_return = float(np.mean(episodes.returns))
+        self.last_eval_stats = eval_stats(episodes)
         self.last_q_bias = critic_bias(self.agent, episodes)
         self.last_eval_env_steps = self.env_steps
         self.time_s["eval"] += time.perf_counter() - start
@@ -275,6 +278,7 @@ class Trainer:
             "wall_s": round(timing["wall_s"], 3),
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
+            **(self.last_eval_stats if evaluated else {}),
             **(self.last_q_bias if evaluated else {}),
             "utd_ratio": self.utd_ratio,
             "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
@@ -353,7 +357,9 @@ class Trainer:
                     write_config(self.run_dir, to_yaml(self.config))
             else:
                 if RunIdentity.read(self.run_dir) is None:  # an older run dir: record the identity from now on
-                    self.identity.write(self.run_dir, self.config)
+                    self.identity.write(self.run_dir, self.config, self.env_steps)
+                else:
+                    record_provenance(self.run_dir, self.env_steps)
                 log_resume(self.run_dir, self.env_steps, self.resumed_from.path.name, self.resumed_from.overrides)
         except BaseException:
             self._lock.release()

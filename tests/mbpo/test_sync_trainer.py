@@ -432,3 +432,29 @@ def test_auto_precision_is_resolved_once_printed_and_stored_in_the_runs_config(
     err = capsys.readouterr().err
     assert f"agent.sac.precision={want} on cpu (auto: CPU flags as the test says)" in err
     assert f"model.precision={want} on cpu (auto: CPU flags as the test says)" in err
+
+
+def test_each_evaluation_logs_the_spread_of_its_episodes(tmp_path: Path) -> None:
+    SyncTrainer(tiny(tmp_path, "eval_episodes=3"), tmp_path).run()
+    evaluated = [r for r in read_metrics(tmp_path / "metrics.csv") if r["eval_return"]]
+    assert len(evaluated) == 2
+    for r in evaluated:
+        low, mean, high = float(r["eval_return_min"]), float(r["eval_return"]), float(r["eval_return_max"])
+        assert low <= mean <= high and low < high  # three Pendulum starts never score alike
+        assert float(r["eval_return_std"]) > 0 and float(r["eval_length_mean"]) == 200  # Pendulum's time limit
+
+
+def test_run_json_records_what_produced_the_run_at_the_start_and_at_every_resume(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from mbpo.provenance import CPU_FLAGS
+
+    SyncTrainer(tiny(tmp_path, "total_env_steps=200"), tmp_path).run()
+    SyncTrainer.resume(tmp_path, ["total_env_steps=400"]).run()
+    records = json.loads((tmp_path / "run.json").read_text())["provenance"]
+    assert [r["at_env_steps"] for r in records] == [0, 200]
+    for r in records:
+        assert re.fullmatch(r"[0-9a-f]{40}", r["code"]["commit"]) and isinstance(r["code"]["dirty"], bool)
+        assert r["packages"]["torch"] == torch.__version__ and r["packages"]["gymnasium"]
+        assert set(r["machine"]["cpu_flags"]) <= set(CPU_FLAGS) and r["machine"]["cpu_count"] >= 1
