@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import statistics
 import sys
@@ -54,12 +53,19 @@ REPORT_AT = (10_000, 20_000, 30_000)
 LAST_EVALS = 3
 """A steadier end-of-run figure beside the issue's single evaluation at 30k: the mean of the last three
 (25k, 27.5k, 30k); one 10-episode Hopper evaluation swings by hundreds from its neighbours."""
-LEARNERS = ("mbpo", "sac_same_ratio", "sb3", "mbpo_sync", "mbpo_lead0")
-OVERRIDES = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"], "mbpo_sync": ["trainer=sync"],
-             "mbpo_lead0": ["runtime.max_lead=0"]}
+CONFIGS: dict[str, tuple[str, list[str]]] = {
+    "mbpo": ("mbpo", []), "sac_same_ratio": ("mbpo", ["model.enabled=false"]), "mbpo_sync": ("mbpo", ["trainer=sync"]),
+    "mbpo_lead0": ("mbpo", ["runtime.max_lead=0"]), "mbpo_redq": ("mbpo_redq", []), "mbpo_droq": ("mbpo_droq", []),
+    "redq": ("redq", []), "droq": ("droq", []), "crossq": ("crossq", []),
+}
+"""Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""
+LEARNERS = (*CONFIGS, "sb3")
 LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 20, no model)",
           "sb3": "SB3 SAC (rl-zoo, utd 1)", "mbpo_sync": "MBPO-SAC (ours, utd 20, sync trainer)",
-          "mbpo_lead0": "MBPO-SAC (ours, utd 20, lead not capped)"}
+          "mbpo_lead0": "MBPO-SAC (ours, utd 20, lead not capped)",
+          "mbpo_redq": "MBPO with REDQ's critic (ours, utd 20)", "mbpo_droq": "MBPO with DroQ's critic (ours, utd 20)",
+          "redq": "REDQ (ours, utd 20, no model)", "droq": "DroQ (ours, utd 20, no model)",
+          "crossq": "CrossQ (ours, utd 1, no model)"}
 KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
 """What --results keeps of a finished run (small text files; no checkpoints)."""
 PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
@@ -72,24 +78,19 @@ HEALTH = ("model_err_delta", "model_err_reward", "model_open_loop_err_1", "model
 
 
 def machine() -> dict[str, Any]:
-    """What a figure was measured on: CPU model and the flags that decide precision, torch."""
+    """What a figure was measured on: CPU model and the flags that decide precision, cores, torch."""
     import torch
 
-    from mbpo.precision import native_bf16
+    from mbpo.provenance import machine as this_machine
 
-    model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                  if line.startswith("model name")), platform.processor())
-    flags = set(next((line.split(":", 1)[1].split() for line in _read("/proc/cpuinfo").splitlines()
-                      if line.startswith("flags")), []))
-    return {"cpu": model, "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
-            "bf16_native": native_bf16("cpu")[0], "torch": torch.__version__, "cpu_count": _cpu_count()}
+    return {**this_machine(), "torch": torch.__version__}
 
 
 def run_dir_of(root: Path, env: str, learner: str, seed: int) -> Path:
     return root / env / f"{learner}-s{seed}"
 
 
-def run_ours(env: str, learner: str, seed: int, run_dir: Path) -> None:
+def run_ours(env: str, learner: str, seed: int, run_dir: Path, steps: int = STEPS) -> None:
     """Train, or resume an interrupted run; a finished run is left as it is."""
     from mbpo.checkpoint import list_checkpoints
     from mbpo.config import load_config
@@ -100,14 +101,15 @@ def run_ours(env: str, learner: str, seed: int, run_dir: Path) -> None:
     start = time.perf_counter()
     if list_checkpoints(run_dir / "checkpoints"):
         try:
-            trainer = resume_trainer(run_dir, [f"total_env_steps={STEPS}", f"checkpoint.every={CHECKPOINT_EVERY}"])
+            trainer = resume_trainer(run_dir, [f"total_env_steps={steps}", f"checkpoint.every={CHECKPOINT_EVERY}"])
         except RunAlreadyDone:
             trainer = None
     else:
-        overrides = [f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={STEPS}", f"eval_every={EVAL_EVERY}",
+        stem, learner_overrides = CONFIGS[learner]
+        overrides = [f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={steps}", f"eval_every={EVAL_EVERY}",
                      f"eval_episodes={EVAL_EPISODES}", f"checkpoint.every={CHECKPOINT_EVERY}", "progress=false",
-                     *OVERRIDES[learner]]
-        trainer = make_trainer(load_config(ROOT / "configs" / f"{env}_mbpo.yaml", overrides), run_dir)
+                     *learner_overrides]
+        trainer = make_trainer(load_config(ROOT / "configs" / f"{env}_{stem}.yaml", overrides), run_dir)
     if trainer is not None:
         trainer.run()
         if getattr(trainer, "exit_code", 0):  # Ctrl-C or SIGTERM: the run is checkpointed; stop here, resume later
@@ -121,19 +123,22 @@ def run_sb3(env: str, seed: int, run_dir: Path) -> None:
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
     from mbpo.metrics import MetricsLogger
+    from mbpo.seeding import derive
 
     if _done(run_dir):
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     logger = MetricsLogger(run_dir, STEPS, progress=False)
-    eval_env = gym.make(ENVS[env])
+    eval_env = DummyVecEnv([lambda: gym.make(ENVS[env])])
     start = time.perf_counter()
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps % EVAL_EVERY == 0:
+                eval_env.seed(derive(seed, "sb3_eval", self.num_timesteps))  # each evaluation reproducible alone
                 returns, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
                                              warn=False)
                 logger.log({"env_steps": self.num_timesteps, "updates": self.model._n_updates,
@@ -147,9 +152,21 @@ def run_sb3(env: str, seed: int, run_dir: Path) -> None:
 
 
 def _write_run_json(run_dir: Path, learner: str, seed: int, seconds: float) -> None:
-    info = {"label": LABELS[learner], "learner": learner, "seed": seed, "done": True,
-            "wall_s_this_invocation": round(seconds, 1), "machine": machine()}
-    (run_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    """Mark a finished run in its run.json, keeping what the trainer recorded there (identity, provenance);
+    an SB3 run, which has no trainer of ours, records its own provenance with SB3's version.
+    """
+    from mbpo.provenance import provenance
+
+    path = run_dir / "run.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        info = {}
+    if learner == "sb3":
+        info["provenance"] = [provenance(0, extra_packages=("stable_baselines3",))]
+    info |= {"label": LABELS[learner], "learner": learner, "seed": seed, "done": True,
+             "wall_s_this_invocation": round(seconds, 1), "machine": machine()}
+    path.write_text(json.dumps(info, indent=1) + "\n")
 
 
 def _done(run_dir: Path) -> bool:
@@ -338,19 +355,6 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", choices=sorted(ENVS), default="hopper")
@@ -359,6 +363,8 @@ def main() -> None:
     parser.add_argument("--learners", nargs="+", choices=LEARNERS, default=["mbpo", "sac_same_ratio", "sb3"])
     parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
     parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
+    parser.add_argument("--env-steps", type=int, default=STEPS,
+                        help="run length (a screening run is shorter; the report's figures are at 30,000)")
     args = parser.parse_args()
     from mbpo.logs import quiet_torchrl
 
@@ -372,7 +378,7 @@ def main() -> None:
                 if learner == "sb3":
                     run_sb3(args.env, seed, run_dir)
                 else:
-                    run_ours(args.env, learner, seed, run_dir)
+                    run_ours(args.env, learner, seed, run_dir, args.env_steps)
                 if args.results is not None and _done(run_dir):
                     export(run_dir, args.results / args.env / run_dir.name)
     print(json.dumps(report(args.env, root, args.seeds)))

@@ -1,5 +1,8 @@
 """Loading a config: schema defaults, then a YAML file (or text), then dotted ``key=value`` overrides.
 
+A file may name another as its ``base`` (a path relative to it): the base is loaded first and the file's own
+keys go over it, so a variant (``configs/hopper_redq.yaml``) says only how it differs from its base.
+
 OmegaConf structured configs do the parsing, so an unknown key or a value of the wrong type is rejected
 before anything runs; the message is reduced to what was wrong and what is expected. The result is
 validated (:func:`mbpo.config.validation.validate`).
@@ -20,31 +23,59 @@ from mbpo.config.validation import validate
 
 __all__ = ["load_config", "config_from_yaml", "to_yaml"]
 
+BASE_KEY = "base"
+"""The key of a config file that names the file it builds on (relative to it)."""
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Schema defaults, then the YAML file, then ``key=value`` overrides; validated."""
-    text = None
+    """Schema defaults, then the YAML file (over its bases), then ``key=value`` overrides; validated."""
+    layers: list[tuple[str, str]] = []
     if path is not None:
         path = Path(path)
-        if path.is_dir():
-            raise ConfigError(f"config {str(path)!r} is a directory; expected a YAML file such as "
-                              "configs/pendulum_sac.yaml")
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        text = path.read_text()
-    return config_from_yaml(text, overrides, source=str(path) if path is not None else "the config")
+        while True:
+            if path.is_dir():
+                raise ConfigError(f"config {str(path)!r} is a directory; expected a YAML file such as "
+                                  "configs/pendulum_sac.yaml")
+            if not path.is_file():
+                via = f" (the base of {layers[0][1]})" if layers else ""
+                raise ConfigError(f"config file {str(path)!r} does not exist{via}")
+            text = path.read_text()
+            data = _check_yaml(text, str(path))
+            layers.insert(0, (text, str(path)))
+            base = data.get(BASE_KEY) if data else None
+            if base is None:
+                break
+            if not isinstance(base, str):
+                raise ConfigError(f"{path}: {BASE_KEY}: {base!r} is not a path; expected the config file this one "
+                                  "builds on, relative to it (e.g. base: hopper_mbpo.yaml)")
+            path = (path.parent / base).resolve()
+            if any(Path(source).resolve() == path for _, source in layers):
+                raise ConfigError(f"{layers[-1][1]}: its bases lead back to {path} (a cycle); a base must not build "
+                                  "on the file that names it")
+    return _merged(layers, overrides)
 
 
 def config_from_yaml(text: str | None, overrides: list[str] | None = None, source: str = "the config") -> Config:
-    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint); ``source`` names it
-    in errors.
+    """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint: resolved, no base);
+    ``source`` names it in errors.
     """
     if text is not None:
-        _check_yaml(text, source)
+        data = _check_yaml(text, source)
+        if data and BASE_KEY in data:
+            raise ConfigError(f"{source} names a {BASE_KEY}: config text is read alone; load it from its file "
+                              "(load_config) so the base is found beside it")
+    return _merged([] if text is None else [(text, source)], overrides)
+
+
+def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Config:
+    """The schema, then each YAML layer (less its ``base`` key) in order, then the overrides; validated."""
     try:
         # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
-        if text is not None:
-            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.create(text)))
+        for text, _ in layers:
+            layer = cast(DictConfig, OmegaConf.create(text))  # a mapping: _check_yaml said so
+            layer.pop(BASE_KEY, None)
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
@@ -56,8 +87,10 @@ def config_from_yaml(text: str | None, overrides: list[str] | None = None, sourc
     return config
 
 
-def _check_yaml(text: str, source: str) -> None:
-    """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither)."""
+def _check_yaml(text: str, source: str) -> dict[str, Any] | None:
+    """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither); the
+    mapping (None for an empty file).
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -68,6 +101,7 @@ def _check_yaml(text: str, source: str) -> None:
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{source} holds a YAML {type(data).__name__} at the top level; expected a mapping of "
                           "config keys (e.g. 'seed: 0' and 'env:' with 'id: Pendulum-v1' under it)")
+    return data
 
 
 def to_yaml(config: Config) -> str:
