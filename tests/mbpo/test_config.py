@@ -24,8 +24,30 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_shipped_configs_load(path: Path) -> None:
     cfg = load_config(path)
     assert cfg.agent.name in ("sac", "dqn") and cfg.env.num_envs >= 1
-    # <env>_<algo>[_<num_envs>]: the algorithm part says whether the dynamics model is on
-    assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_\d+)?", path.stem) is not None)
+    # <env>_<algo>[_<critic>][_<num_envs>]: the algorithm part says whether the dynamics model is on
+    assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_[a-z]+)?(_\d+)?", path.stem) is not None)
+
+
+def test_a_config_over_its_base_gets_the_bases_keys_and_its_own(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("seed: 3\nenv:\n  num_envs: 2\n  id: CartPole-v1\nagent:\n  name: dqn\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mid.yaml").write_text("base: ../base.yaml\nenv:\n  num_envs: 4\n")
+    (tmp_path / "top.yaml").write_text("base: sub/mid.yaml\nseed: 5\n")
+    cfg = load_config(tmp_path / "top.yaml", ["agent.batch_size=64"])
+    assert (cfg.seed, cfg.env.num_envs, cfg.env.id, cfg.agent.name, cfg.agent.batch_size) == (5, 4, "CartPole-v1",
+                                                                                             "dqn", 64)
+    assert "\nbase:" not in "\n" + to_yaml(cfg)  # a run's config.yaml is the resolved whole, with no base key
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("base: missing.yaml\n", r"config file '.*missing.yaml' does not exist \(the base of .*top.yaml\)"),
+    ("base: top.yaml\n", r"its bases lead back to .*top.yaml \(a cycle\)"),
+    ("base: [a.yaml]\n", r"base: \['a.yaml'\] is not a path"),
+])
+def test_a_bad_base_is_one_config_error(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "top.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "top.yaml")
 
 
 def test_required_keys_exist_with_their_names() -> None:
