@@ -73,16 +73,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
     """A short human summary, then the last metrics row as one JSON line (scripts read the last line)."""
     from mbpo.metrics import read_metrics
-    from mbpo.throughput import steady_rate
+    from mbpo.throughput import interval_rates, steady_rate
 
     last = {"last_eval_return": trainer.last_eval_return, "last_eval_env_steps": trainer.last_eval_env_steps}
     minutes, seconds = divmod(int(round(trainer.wall_s)), 60)
     evaluation = ("no evaluation yet" if trainer.last_eval_return is None else
                   f"last evaluation {trainer.last_eval_return:.1f} at {trainer.last_eval_env_steps:,} env steps")
     metrics = run_dir / "metrics.csv"
-    steady = steady_rate(read_metrics(metrics)) if metrics.is_file() else None
+    rows = read_metrics(metrics) if metrics.is_file() else []
+    steady, intervals = steady_rate(rows), interval_rates(rows)
     rate = "" if steady is None or "env_steps_per_s_whole_run" not in row else (
-        f" ({steady:,.0f} env steps/s steady, {row['env_steps_per_s_whole_run']:,.0f} over the whole run)")
+        f" ({steady:,.1f} env steps/s steady, {intervals[-1]:,.1f} in the last interval, "
+        f"{row['env_steps_per_s_whole_run']:,.1f} over the whole run)")
     print(f"[mbpo] {trainer.env_steps:,} env steps, {trainer.agent.num_updates:,} updates in {minutes} min "
           f"{seconds} s{rate}; {evaluation}; run dir {run_dir}")
     print(json.dumps({"run_dir": str(run_dir), **row, **last}))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Throughput", "RATE_COLUMNS", "steady_rate"]
+__all__ = ["Throughput", "RATE_COLUMNS", "steady_rate", "interval_rates"]
 
 RATE_COLUMNS = ("env_steps_per_s", "updates_per_s", "env_steps_per_s_whole_run", "updates_per_s_whole_run")
 """The rate columns a trainer's row carries (also: what a determinism check leaves out, with ``wall_s``)."""
@@ -74,6 +74,13 @@ def steady_rate(rows: Sequence[dict[str, Any]], counter: str = "env_steps") -> f
     collectors) and a checkpoint's pause. Any ``metrics.csv`` will do, whatever wrote it. None with
     fewer than two rows.
     """
-    rates = [(float(b[counter]) - float(a[counter])) / max(float(b["wall_s"]) - float(a["wall_s"]), _TINY_S)
-             for a, b in zip(rows, rows[1:], strict=False)]
+    rates = interval_rates(rows, counter)
     return statistics.median(rates) if rates else None
+
+
+def interval_rates(rows: Sequence[dict[str, Any]], counter: str = "env_steps") -> list[float]:
+    """``counter`` per second over each logging interval after the first, oldest first (the last one says
+    where a run that slowed down ended up, which the median of :func:`steady_rate` hides).
+    """
+    return [(float(b[counter]) - float(a[counter])) / max(float(b["wall_s"]) - float(a["wall_s"]), _TINY_S)
+            for a, b in zip(rows, rows[1:], strict=False)]

@@ -25,7 +25,7 @@ from typing import Any
 from mbpo.runtime.collectors import Collector, NonFiniteEnvError
 from mbpo.runtime.gate import RatioGate
 
-__all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error"]
+__all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
 
 
 class CollectorFailure(RuntimeError):
@@ -38,6 +38,13 @@ class WorkerError(RuntimeError):
 
 def format_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+def cause_line(exc: BaseException) -> str:
+    """The last line of ``exc``'s traceback (``ValueError: ...``), for the message of the error that wraps it,
+    so the wrapper's own last line still names the cause.
+    """
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
 class CollectorPool:
@@ -113,7 +120,7 @@ class CollectorPool:
         self.failures.append((cid, c.incarnation, time.monotonic(), c.last_beat, what))
         if self.restarts >= self.max_restarts:
             raise CollectorFailure(f"{what}; restart budget spent ({self.restarts}/{self.max_restarts})"
-                                   f"{': ' + str(error) if error is not None else ''}") from error
+                                   f"{': ' + cause_line(error) if error is not None else ''}") from error
         self.restarts += 1
         detail = f":\n{format_error(error)}" if error is not None else ""
         self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"

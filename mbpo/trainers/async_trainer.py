@@ -43,7 +43,7 @@ from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
-from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError
+from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError, cause_line
 from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
 from mbpo.trainers.async_telemetry import AsyncTelemetry
@@ -265,8 +265,9 @@ class AsyncTrainer(Trainer):
         """Raise here, in the main thread, whatever killed a worker (collectors: after the restart budget)."""
         self.pool.check()
         if self.model_worker is not None and self.model_worker.error is not None:
-            raise WorkerError("the model thread (ensemble training and rollouts) failed") \
-                from self.model_worker.error
+            cause = self.model_worker.error  # named in the message too: a traceback's last line must say what failed
+            raise WorkerError(f"the model thread (ensemble training and rollouts) failed: {cause_line(cause)}") \
+                from cause
 
     def _updates_allowed(self) -> int:
         due = self.gate.updates_due()

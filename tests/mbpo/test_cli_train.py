@@ -9,7 +9,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.metrics import read_metrics
-from mbpo.throughput import steady_rate
+from mbpo.throughput import interval_rates, steady_rate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,7 +28,9 @@ def test_train_eval_resume_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert last_json(out)["env_steps"] == 300
     whole = last_json(out)["env_steps_per_s_whole_run"]  # the summary line: steady rate, whole-run rate beside it
-    assert f"({steady_rate(read_metrics(run / 'metrics.csv')):,.0f} env steps/s steady, {whole:,.0f} over" in out
+    rows = read_metrics(run / "metrics.csv")
+    assert (f"({steady_rate(rows):,.1f} env steps/s steady, {interval_rates(rows)[-1]:,.1f} in the last interval, "
+            f"{whole:,.1f} over the whole run)") in out
     assert (run / "config.yaml").read_text().count("total_env_steps: 300") == 1
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["ckpt_000000000300.pt"]  # keep=1
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300"]

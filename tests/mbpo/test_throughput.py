@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mbpo.metrics import read_metrics
-from mbpo.throughput import Throughput, steady_rate
+from mbpo.throughput import Throughput, interval_rates, steady_rate
 from mbpo.trainers import SyncTrainer
 from tests.mbpo.test_sync_trainer import tiny
 
@@ -57,6 +57,13 @@ def test_the_steady_rate_leaves_the_start_up_out() -> None:
             {"env_steps": "1300", "updates": "200", "wall_s": "14.0"}]  # a slow last interval (shutdown)
     assert steady_rate(rows) == 500.0 and steady_rate(rows, "updates") == 50.0  # medians of 500/600/50, 50/100/25
     assert steady_rate(rows[:1]) is None
+
+
+def test_the_last_interval_shows_a_run_that_slowed_down() -> None:
+    """10 env steps/s for three intervals, then 2.2: the median says 10, the last interval 2.2."""
+    rows = [{"env_steps": s, "wall_s": w} for s, w in ((0, 0), (100, 10), (200, 20), (300, 30), (322, 40))]
+    assert steady_rate(rows) == 10.0
+    assert interval_rates(rows)[-1] == pytest.approx(2.2)
 
 
 def check_intervals(rows: list[dict[str, str]], start: tuple[int, int, float]) -> None:

@@ -193,4 +193,7 @@ def test_a_model_thread_error_reaches_the_main_thread_with_its_traceback(
         trainer.run()
     assert isinstance(info.value.__cause__, FloatingPointError)
     assert "broken_fit" in "".join(traceback.format_tb(info.value.__cause__.__traceback__))
+    # what a user reads last names the cause, as under the sync trainer
+    last = traceback.format_exception(info.value)[-1].strip()
+    assert last.endswith("failed: FloatingPointError: injected: ensemble diverged"), last
     assert trainer.env_steps < 100000
