@@ -32,7 +32,7 @@ from mbpo.checkpoint import list_checkpoints
 from mbpo.config import describe, load_config
 from mbpo.errors import MbpoError
 from mbpo.logs import quiet_torchrl
-from mbpo.run_dir import RunLock
+from mbpo.run_dir import RunLock, remove_if_never_started, safe_name
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
@@ -53,20 +53,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(_config_path(args.config), args.overrides)
     if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        config.run_dir = f"runs/{config.env.id}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
+        config.run_dir = f"runs/{safe_name(config.env.id)}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
     run_dir = Path(config.run_dir)
-    with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
-        if list_checkpoints(run_dir / "checkpoints"):
-            raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
-                            f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-        if args.debug or os.environ.get("MBPO_DEBUG") == "1":
-            config.debug = True
-        mode = "MBPO-" if config.model.enabled else ""
-        built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
-        print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
-              f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
-        trainer = make_trainer(config, run_dir)
-        row = trainer.run()
+    created = not run_dir.exists()
+    try:
+        with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
+            if list_checkpoints(run_dir / "checkpoints"):
+                raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
+                                f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+            if args.debug or os.environ.get("MBPO_DEBUG") == "1":
+                config.debug = True
+            mode = "MBPO-" if config.model.enabled else ""
+            built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
+            print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
+                  f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
+            trainer = make_trainer(config, run_dir)
+            row = trainer.run()
+    except BaseException:
+        # a start that failed before its first row leaves nothing in the way of `plot runs/*` or a new train
+        if created and remove_if_never_started(run_dir):
+            print(f"[mbpo] removed {run_dir}: the run failed before it logged anything", file=sys.stderr)
+        raise
     return finish(trainer, run_dir, row)
 
 

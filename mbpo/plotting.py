@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,10 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
 
 
 def _curve(run_dir: Path, x: str, y: str = "eval_return") -> list[tuple[float, float]]:
+    """The ``(x, y)`` points of a run; none for a dir without a metrics.csv (a run that never started)."""
     path = run_dir / "metrics.csv"
     if not path.is_file():
-        raise MbpoError(f"{path} does not exist; is {run_dir} a run directory?")
+        return []
     return [(float(r[x]), float(r[y])) for r in read_metrics(path) if r.get(y) and r.get(x)]
 
 
@@ -71,9 +73,11 @@ def curves(run_dirs: list[str | Path], x: str = "env_steps", y: str = "eval_retu
     groups: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     seeds: dict[str, list[Any]] = defaultdict(list)
     for run_dir in map(Path, run_dirs):
-        label, seed = run_label(run_dir)
+        if not run_dir.is_dir():
+            raise MbpoError(f"{run_dir} is not a directory; expected run dirs written by `python -m mbpo train`")
         points = _curve(run_dir, x, y)
-        if points:
+        if points:  # a run that failed to start, or has not evaluated yet, has none
+            label, seed = run_label(run_dir)
             groups[label].append(points)
             seeds[label].append(seed)
     out: dict[str, dict[str, Any]] = {}
@@ -92,6 +96,12 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, x: str 
     ``learning_curves.png`` here for several); return its path.
     """
     data = curves(run_dirs, x)
+    empty = [str(d) for d in run_dirs if not _curve(Path(d), x)]
+    if not data:
+        raise MbpoError(f"no evaluations yet in {', '.join(empty)}: plot a run once it has evaluated (every "
+                        "eval_every env steps)")
+    for run_dir in empty:
+        print(f"[mbpo] plot: passed over {run_dir}: no evaluations yet", file=sys.stderr)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, c in data.items():

@@ -20,6 +20,8 @@ import fcntl
 import hashlib
 import json
 import os
+import re
+import shutil
 import socket
 import sys
 import threading
@@ -32,19 +34,24 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from mbpo.checkpoint import list_checkpoints
 from mbpo.config import Config, config_from_yaml
 from mbpo.errors import MbpoError
 from mbpo.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "check_belongs", "write_config", "log_resume",
-           "record_provenance",
+           "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE"]
 
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
-RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint")
-"""Keys a resume may change: how long and how often, never what was built."""
-_NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
+RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint",
+                       "runtime.nonfinite")
+"""Keys a resume may change: how long and how often, and what to do with an env's non-finite values (the fix a
+run stopped by one is told to use), never what was built."""
+_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint", "run_dir")
+"""Top-level keys left out of a run's identity hash; fixed, or every checkpoint written so far would stop
+matching its run."""
 
 
 class RunDirBusyError(MbpoError):
@@ -112,6 +119,26 @@ def record_provenance(run_dir: str | Path, at_env_steps: int) -> None:
     data = json.loads(path.read_text())
     data.setdefault("provenance", []).append(provenance(at_env_steps))
     _write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one harmless path component: runs of anything but ASCII letters, digits, ``.``, ``_`` and
+    ``-`` become ``_`` and leading or trailing dots and underscores go, so an env id such as ``../../x`` or
+    ``a/b c`` can neither leave ``runs/`` nor nest dirs (empty: ``env``).
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "env"
+
+
+def remove_if_never_started(run_dir: Path) -> bool:
+    """Remove ``run_dir`` if no run ever started in it: no checkpoint and no metrics row (what a failed start
+    leaves: the lock, maybe the config and run.json). Returns whether it did.
+    """
+    metrics = run_dir / "metrics.csv"
+    rows = metrics.read_text().count("\n") if metrics.is_file() else 0
+    if not run_dir.is_dir() or list_checkpoints(run_dir / "checkpoints") or rows > 1:  # header + a row
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return not run_dir.exists()
 
 
 def write_config(run_dir: str | Path, config_yaml: str) -> None:

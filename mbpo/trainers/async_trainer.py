@@ -386,7 +386,11 @@ class AsyncTrainer(Trainer):
 
     # -- shutdown ----------------------------------------------------------------------------
     def _final_checkpoint(self, announce: bool) -> None:
-        """Written however the run ends (done, signal, a worker's error): nothing trained is lost."""
+        """Written however the run ends (done, signal, a worker's error): nothing trained is lost. Not before
+        the first env step: there is nothing to resume, and a checkpoint would stand in the way of a new start.
+        """
+        if self.env_steps == 0:
+            return
         try:
             path = self.save()
         except Exception as exc:  # noqa: BLE001 - never mask the error that ended the run

@@ -123,7 +123,7 @@ class SyncTrainer(Trainer):
                 "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
                 "upd/s": rates["updates_per_s"],
             })
-        if stop.is_set() and saved_at != self.env_steps:  # stopped between the cadence's rows: nothing is lost
+        if stop.is_set() and saved_at != self.env_steps and self.env_steps > 0:  # between the cadence's rows
             if row.get("env_steps") != self.env_steps:
                 timing = throughput.row(self.env_steps, self.agent.num_updates)
                 self.wall_s = timing["wall_s"]

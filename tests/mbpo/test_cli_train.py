@@ -9,6 +9,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.metrics import read_metrics
+from mbpo.run_dir import safe_name
 from mbpo.throughput import interval_rates, steady_rate
 
 pytestmark = pytest.mark.timeout(120)
@@ -128,3 +129,49 @@ def test_a_factory_env_trains_evaluates_resumes_and_plots_from_the_cli(tmp_path:
         assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
     assert last_json(capsys.readouterr().out)["env_steps"] == 450
     assert list(curves([run])) == ["PointReach SAC, utd 1"]
+
+
+@pytest.mark.parametrize(("env_id", "name"), [
+    ("../../evil/x", "evil_x"), ("a/b c", "a_b_c"), ("Pendülum-v1", "Pend_lum-v1"), ("..", "env"),
+    ("ALE/Pong-v5", "ALE_Pong-v5"), ("MyTask-v0", "MyTask-v0"),
+])
+def test_an_env_id_becomes_one_safe_path_component(env_id: str, name: str) -> None:
+    assert safe_name(env_id) == name
+
+
+def test_a_run_dir_stays_under_runs_whatever_the_env_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert cli.main(["train", "env.factory=tests.envs.factories:ours", "env.id=../../evil/x y", *TINY]) == 0
+    run = Path(last_json(capsys.readouterr().out)["run_dir"])
+    assert run.parent == Path("runs") and run.name.startswith("evil_x_y-sac-s0-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing written outside
+
+
+def test_a_start_that_fails_before_its_first_step_leaves_no_run_dir(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert cli.main(["train", f"run_dir={run}", *TINY, "env.num_envs=100000000000"]) == 2
+    assert "error: " in capsys.readouterr().err and not run.exists()
+    kept = tmp_path / "kept"  # a dir the user made is theirs: it stays
+    kept.mkdir()
+    assert cli.main(["train", f"run_dir={kept}", *TINY, "env.num_envs=100000000000"]) == 2
+    assert kept.is_dir()
+
+
+def test_plot_passes_over_a_run_without_evaluations_and_says_so(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    good, empty, never = tmp_path / "good", tmp_path / "empty", tmp_path / "never"
+    assert cli.main(["train", f"run_dir={good}", *TINY]) == 0
+    empty.mkdir()
+    (empty / "metrics.csv").write_text("env_steps,updates,wall_s,train_return,eval_return\n")
+    never.mkdir()
+    (never / ".lock").write_text("")
+    capsys.readouterr()
+    assert cli.main(["plot", str(good), str(empty), str(never), "--out", str(tmp_path / "c.png")]) == 0
+    err = capsys.readouterr().err
+    assert f"passed over {empty}: no evaluations yet" in err and f"passed over {never}: no evaluations yet" in err
+    assert cli.main(["plot", str(empty)]) == 2
+    assert f"error: no evaluations yet in {empty}" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -197,3 +198,30 @@ def test_a_model_thread_error_reaches_the_main_thread_with_its_traceback(
     last = traceback.format_exception(info.value)[-1].strip()
     assert last.endswith("failed: FloatingPointError: injected: ensemble diverged"), last
     assert trainer.env_steps < 100000
+
+
+def test_a_run_that_fails_before_its_first_env_step_writes_no_checkpoint(
+    tiny_config: Callable[..., Config], thread_baseline: int
+) -> None:
+    """Nothing was collected or trained, so there is nothing to resume; a checkpoint at 0 env steps would only
+    stand in the way of the next `train` in the same run dir.
+    """
+    cfg = tiny_config("runtime.max_restarts=0")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("raise", {0, 1}, at_step=1))
+    with pytest.raises(CollectorFailure):
+        trainer.run()
+    assert trainer.env_steps == 0
+    assert list((Path(cfg.run_dir) / "checkpoints").glob("*.pt")) == []
+
+
+def test_a_resume_may_take_the_fix_a_non_finite_value_asks_for(
+    tiny_config: Callable[..., Config], thread_baseline: int
+) -> None:
+    cfg = tiny_config("total_env_steps=100000", "checkpoint.every=64")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("nan_reward", {0}, at_step=40))
+    with pytest.raises(CollectorFailure, match="runtime.nonfinite=drop"):
+        trainer.run()
+    assert trainer.env_steps > 0
+    resumed = AsyncTrainer.resume(cfg.run_dir, ["runtime.nonfinite=drop", "total_env_steps=512"])
+    assert resumed.config.runtime.nonfinite == "drop"
+    assert resumed.run()["env_steps"] == 512
