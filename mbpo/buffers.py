@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyTensorStorage, ReplayBuffer
+from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
 from mbpo.debug import check_indices
@@ -49,10 +49,15 @@ TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
 
 def make_replay_buffer(capacity: int, device: torch.device | str, generator: torch.Generator) -> ReplayBuffer:
     """A uniform replay buffer of ``capacity`` transitions stored on ``device``; ``sample(batch_size=B)``."""
+    # compilable: the storage's and writer's counters as tensors; otherwise torchrl keeps them in
+    # multiprocessing.Values, each with a named semaphore in /dev/shm (torchrl makes spawn the default start
+    # method), held for the run's life by a buffer that never leaves its process
     return ReplayBuffer(
-        storage=LazyTensorStorage(capacity, device=torch.device(device)),
+        storage=LazyTensorStorage(capacity, device=torch.device(device), compilable=True),
         sampler=RandomSampler(),
+        writer=RoundRobinWriter(compilable=True),
         generator=generator,
+        compilable=True,
     )
 
 

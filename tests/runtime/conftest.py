@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +13,7 @@ import pytest
 
 from envs.faults import FaultyFactory
 from mbpo.config import Config, load_config
+from mbpo.runtime.semaphores import semaphore_files_of
 
 if TYPE_CHECKING:
     from mbpo.runtime.collectors import CollectorBatch
@@ -55,23 +58,36 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def run_shm_files(pids: Iterable[int], names: set[str]) -> set[str]:
+    """Of the /dev/shm entries ``names``, those of the runs whose processes have ``pids``: their named semaphores
+    (mbpo.runtime.semaphores names them after the trainer's pid) and torch's segments (``torch_<pid>_...``).
+    What other processes on the machine hold (a training beside the tests) is not ours to check.
+    """
+    torch_files = {f"torch_{pid}_" for pid in pids}
+    return ({n for pid in pids for n in semaphore_files_of(pid, names)}
+            | {n for n in names if any(n.startswith(prefix) for prefix in torch_files)})
+
+
+def shm_names() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
 @pytest.fixture
 def no_leaks() -> Iterator[None]:
-    """The test must end with no collector process alive and no shared-memory segment left in /dev/shm.
-
-    Named semaphores (``sem.*``) are left out: tqdm keeps one for the life of the process; that our own
-    are released is checked at process exit by test_process_backend (no resource_tracker warning).
+    """The test must end with no collector process alive and nothing of its run left in /dev/shm (a trainer
+    here is this process: its run's files carry this pid). The semaphores of a run still alive are a leak too:
+    each dies with the object that holds it, so a run that ended holds none.
     """
     import multiprocessing as mp
-    import os
 
-    def segments() -> set[str]:
-        return {n for n in os.listdir("/dev/shm") if not n.startswith("sem.")} if os.path.isdir("/dev/shm") else set()
+    import tqdm
 
-    before = segments()
+    tqdm.tqdm.get_lock()  # tqdm's lock lives as long as the process: made now, it is not the test's
+    before = run_shm_files([os.getpid()], shm_names())
     yield
     assert mp.active_children() == []
-    assert segments() - before == set()
+    gc.collect()  # a semaphore's file goes with the lock that holds it, once nothing refers to the trainer
+    assert run_shm_files([os.getpid()], shm_names()) - before == set()
 
 
 def snapshot_batches(trainer: AsyncTrainer, seen: list[CollectorBatch]) -> None:

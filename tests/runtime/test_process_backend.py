@@ -29,7 +29,7 @@ from mbpo.runtime.backends.process import ProcessCollector
 from mbpo.runtime.handoff import NotPlainError, check_plain
 from mbpo.runtime.shared_weights import SharedWeights
 from mbpo.trainers import AsyncTrainer
-from tests.runtime.conftest import faulty
+from tests.runtime.conftest import faulty, run_shm_files, shm_names
 from tests.runtime.weights_reader import read_snapshots
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
@@ -147,8 +147,9 @@ def test_debug_mode_children_report_their_switches_and_check_the_ring(
 
 
 def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = None) -> tuple[int, dict, str]:
-    """Run tests.runtime.process_run in a fresh interpreter (its own session, like a terminal job)."""
-    shm = set(os.listdir("/dev/shm"))
+    """Run tests.runtime.process_run in a fresh interpreter (its own session, like a terminal job); check that
+    nothing of its run is left in /dev/shm (its files carry its pid; another process's are not this test's).
+    """
     proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"), *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -157,12 +158,14 @@ def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = N
         for line in proc.stdout:  # torchrl logs to stdout too
             if line.strip() == "progress":
                 break
+        # the run's semaphores are named after it (or the check below could not see a leaked one)
+        assert run_shm_files([proc.pid], shm_names()), "a live process run holds no semaphore named after it"
         os.killpg(proc.pid, signal_at_progress)  # to the whole group, as a terminal's Ctrl-C is
     out, err = proc.communicate(timeout=100)
     result = json.loads(out.strip().splitlines()[-1])
     for pid in result["pids"]:
         assert not Path(f"/proc/{pid}").exists(), f"collector process {pid} outlived the run"
-    assert set(os.listdir("/dev/shm")) - shm == set()  # no segment, no named semaphore left behind
+    assert run_shm_files([proc.pid, *result["pids"]], shm_names()) == set()  # no segment, no semaphore left
     assert "resource_tracker" not in err and "leaked" not in err, err[-2000:]
     return proc.returncode, result, err
 

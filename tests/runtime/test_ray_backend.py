@@ -30,16 +30,53 @@ pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def listening() -> set[tuple[str, int]]:
-    """(local address, port) of every listening TCP socket on this machine (from /proc/net)."""
-    found = set()
+def listening() -> dict[int, tuple[str, int]]:
+    """socket inode -> (local address, port) of every listening TCP socket on this machine (from /proc/net)."""
+    found = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if state == "0A":  # LISTEN
-                address, port = local.split(":")
-                found.add((address, int(port, 16)))
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                address, port = fields[1].split(":")
+                found[int(fields[9])] = (address, int(port, 16))
     return found
+
+
+def descendants(pid: int) -> set[int]:
+    """``pid`` and every live process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit():
+                children.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
+        except OSError:  # a process that ended meanwhile
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def listening_of(pid: int) -> set[tuple[str, int]]:
+    """The listening TCP sockets that ``pid`` or a process below it holds: what a run started, not what another
+    process on the machine (a training beside the tests) listens on.
+    """
+    inodes = set()
+    for p in descendants(pid):
+        try:
+            for fd in Path(f"/proc/{p}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return {address for inode, address in listening().items() if inode in inodes}
+
+
+def still_listening(addresses: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    return addresses & set(listening().values())
 
 
 def is_loopback(hex_address: str) -> bool:
@@ -79,7 +116,6 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     SIGTERM) reaches the trainer alone, which stops them after its final checkpoint (if raylet died with it,
     Ray's core worker would end the trainer with exit 1 first).
     """
-    before = listening()
     cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     opened: list[set[tuple[str, int]]] = []
@@ -88,7 +124,7 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
 
     def look_while_running(item: CollectorBatch) -> None:
         if not opened:
-            opened.append(listening() - before)
+            opened.append(listening_of(os.getpid()))
             children.append(ray_children())
         ingest(item)
 
@@ -99,7 +135,7 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     stop = {int(signal.SIGINT), int(signal.SIGTERM)}
     assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
-    assert listening() - before == set()
+    assert still_listening(opened[0]) == set()
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +245,6 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, signum: int, code: int) -> None:
-    before = listening()
     proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"),
                              "runtime.backend=ray", "total_env_steps=100000"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -217,6 +252,8 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
     for line in proc.stdout:
         if line.strip() == "progress":
             break
+    opened = listening_of(proc.pid)  # the private Ray's, as the run holds them
+    assert opened, "a ray run that listens on nothing: the check below could not fail"
     os.killpg(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
     # Ray's head processes share the run's process group and stdout: a signalled one may print a traceback
@@ -227,5 +264,5 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
     assert proc.returncode == code and result["exit_code"] == code, err[-3000:]
     ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
-    assert listening() - before == set()  # the private Ray it started is gone
+    assert still_listening(opened) == set()  # the private Ray it started is gone
 

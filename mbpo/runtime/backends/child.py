@@ -26,6 +26,7 @@ import torch
 
 from mbpo.config import EnvConfig
 from mbpo.runtime.collectors import CollectorSetup, EnvStepper
+from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
 
@@ -67,6 +68,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
     """Entry point of the spawned process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children
     _die_with_parent(spec.trainer_pid)
+    name_semaphores_after(spec.trainer_pid)
     cid, setup = spec.collector_id, spec.setup
     torch.set_num_threads(setup.torch_threads)
     env = None

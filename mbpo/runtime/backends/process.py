@@ -51,6 +51,7 @@ from mbpo.runtime.collectors import (
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.queue import TransitionQueue
+from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
 from mbpo.runtime.timing import POLL_S, PROCESS_START_TIMEOUT_S, TERM_GRACE_S
@@ -227,6 +228,7 @@ class ProcessBackend:
         self.env, self.env_device = env, str(env_device)
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
         self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
+        name_semaphores_after(os.getpid())  # the spawn context's locks below, and the children's
         rows = setup.vector_steps_per_batch * setup.num_envs
         # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
         # queue's drop_oldest has just displaced.
