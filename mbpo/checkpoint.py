@@ -31,6 +31,10 @@ __all__ = [
 ]
 
 PREFIX, SUFFIX, CORRUPT_SUFFIX = "ckpt_", ".pt", ".corrupt"
+CHECKPOINTS_DIR = "checkpoints"
+"""Where a run dir keeps its checkpoints."""
+ZIP_MAGIC = b"PK\x03\x04"
+"""The first bytes of every file torch.save writes (a zip archive)."""
 FORMAT = 2
 """2: tensors and plain data only (loads with weights_only=True); 1: held TensorDicts and global RNG states."""
 TRUST_HINT = ("Pass --trust-checkpoint only if you wrote this file yourself (for example with an older "
@@ -120,6 +124,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", 
 def read_file(path: str | Path, map_location: str | torch.device = "cpu", trust: bool = False) -> Any:
     """``torch.load`` with ``weights_only=True`` (tensors and plain data), classifying what fails."""
     path = Path(path)
+    if path.is_dir():
+        found = list_checkpoints(path / CHECKPOINTS_DIR) or list_checkpoints(path)
+        newest = f"; its newest checkpoint is {found[-1]}" if found else " holding no checkpoint"
+        raise CheckpointError(f"{path} is a directory (a run dir?); expected a checkpoint file{newest}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (or is not a file)")
     if trust:
@@ -163,8 +171,13 @@ def _classify(path: Path, exc: Exception) -> CheckpointError:
             f"{path} needs full unpickling to load (it references {', '.join(unsafe[:5])}"
             f"{', ...' if len(unsafe) > 5 else ''}), which can run arbitrary code, so it was not loaded; "
             f"mbpo checkpoints hold only tensors and plain data. {TRUST_HINT}")
+    with open(path, "rb") as f:
+        zipped = f.read(4) == ZIP_MAGIC
+    if not zipped:  # torch's own advice (weights_only=False) would be wrong here: it is no torch file at all
+        return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
+                                      f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return CorruptCheckpointError(f"checkpoint {path} is unreadable ({first_line})")
+    return CorruptCheckpointError(f"checkpoint {path} is unreadable, corrupt or cut short ({first_line})")
 
 
 def _mark_corrupt(path: Path) -> Path:

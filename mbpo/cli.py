@@ -187,6 +187,9 @@ def rollout(env_id: str, num_envs: int, steps: int, device: str, seed: int) -> d
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    for flag, value in (("--num-envs", args.num_envs), ("--steps", args.steps)):
+        if value < 1:
+            raise MbpoError(f"{flag} {value} is not allowed; expected at least 1")
     print("[mbpo] random-policy rollout: measures env throughput, does not train", file=sys.stderr)
     print(json.dumps(rollout(args.env, args.num_envs, args.steps, args.device, args.seed)))
     return 0

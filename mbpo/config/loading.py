@@ -79,6 +79,10 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+            key, value = item.split("=", 1)
+            if value.strip() in _CLEARS and _is_mapping(key):  # a merge would keep the keys it holds
+                OmegaConf.update(cfg, key, {}, merge=False)
+                continue
             cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.from_dotlist([item])))
     except OmegaConfBaseException as exc:
         raise ConfigError(_explain(exc)) from None
@@ -120,6 +124,22 @@ def _explain(exc: OmegaConfBaseException) -> str:
     if type(exc).__name__ == "ValidationError":
         return f"config key {key!r}: {msg}"
     return f"config error at {key!r}: {msg}" if key else f"config error: {msg}"
+
+
+_CLEARS = ("{}", "null", "~")
+"""Override values that empty a mapping key (``env.kwargs={}`` or ``env.kwargs=null``) instead of merging."""
+
+
+def _is_mapping(dotted: str) -> bool:
+    """Whether the schema types ``dotted`` as a dict (env.kwargs), whose overrides otherwise merge into it."""
+    parent, _, name = dotted.rpartition(".")
+    cls: Any = Config
+    for part in (parent.split(".") if parent else []):
+        cls = resolve_type({f.name: f.type for f in dataclasses.fields(cls)}.get(part))
+        if cls is None:
+            return False
+    annotation = str({f.name: f.type for f in dataclasses.fields(cls)}.get(name, ""))
+    return annotation.startswith(("dict[", "Dict[", "typing.Dict["))
 
 
 def _fields_at(dotted: str | None) -> list[str]:

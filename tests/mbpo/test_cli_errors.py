@@ -116,3 +116,30 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp
     assert '"last_eval_return"' in lines[-1] and '"last_eval_env_steps": 64' in lines[-1]
     debug = mbpo("--debug", "train", "env.id=Pendulm-v1", *FAST)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
+
+
+def test_what_is_not_a_checkpoint_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run dir names its newest checkpoint; another file is 'not a checkpoint', without torch's advice to
+    load it with weights_only=False (which would be wrong: it is no torch file at all)."""
+    from mbpo import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", f"run_dir={run}", *FAST]) == 0
+    capsys.readouterr()
+    for path in (run, run / "checkpoints"):
+        assert cli.main(["eval", "--checkpoint", str(path)]) == 2
+        assert (f"error: {path} is a directory (a run dir?); expected a checkpoint file; its newest checkpoint is "
+                f"{run / 'checkpoints' / 'ckpt_000000000064.pt'}") in capsys.readouterr().err
+    (tmp_path / "notes.json").write_text('{"a": 1}\n')
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "notes.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path / 'notes.json'} is not a checkpoint: not a file torch.save writes" in err
+    assert "weights_only" not in err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--num-envs", "0"), ("--steps", "-1")])
+def test_rollout_refuses_what_it_cannot_run(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    assert cli.main(["rollout", flag, value, "--device", "cpu"]) == 2
+    assert f"error: {flag} {value} is not allowed; expected at least 1" in capsys.readouterr().err

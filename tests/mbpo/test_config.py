@@ -237,3 +237,14 @@ def test_impossible_model_budgets_are_refused_with_the_arithmetic() -> None:
     assert load_config(None, ["model.enabled=true", "model.retain_epochs=5000"]).model.retain_epochs == 5000
     with pytest.raises(ConfigError, match=r"= 1e12 transitions, .*e\.g\. model\.rollouts_per_real <= 2000000$"):
         load_config(None, ["model.enabled=true", "model.rollouts_per_real=1e9"])
+
+
+@pytest.mark.parametrize("clear", ["env.kwargs={}", "env.kwargs=null"])
+def test_a_mapping_key_is_cleared_from_the_command_line(tmp_path: Path, clear: str) -> None:
+    (tmp_path / "c.yaml").write_text("env:\n  id: PointReach\n  factory: examples.point_reach:make_env\n"
+                                     "  kwargs:\n    dim: 3\n    goal_radius: 0.2\n")
+    assert load_config(tmp_path / "c.yaml").env.kwargs == {"dim": 3, "goal_radius": 0.2}
+    assert load_config(tmp_path / "c.yaml", [clear]).env.kwargs == {}
+    assert load_config(tmp_path / "c.yaml", [clear, "env.kwargs.dim=4"]).env.kwargs == {"dim": 4}
+    with pytest.raises(ConfigError, match="env.num_envs"):  # a scalar key is not cleared: null is still refused
+        load_config(None, ["env.num_envs=null"])

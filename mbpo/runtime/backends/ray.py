@@ -13,7 +13,8 @@ the gate lets it through at once. Results come back as object refs taken with
 when its version is older.
 
 ``runtime.ray.address: null`` starts a private Ray bound to 127.0.0.1 (no
-dashboard, no usage stats) and shuts it down at the end; ``auto`` or
+dashboard UI, no usage stats; Ray's minimal dashboard process for its own API
+still runs, on 127.0.0.1) and shuts it down at the end; ``auto`` or
 ``ray://host:port`` joins a cluster and leaves it running. Anyone who can reach
 a cluster's ports can run code on it (Ray's token authentication, on by default
 in recent Ray, is all that stands in the way): open a cluster only inside a
