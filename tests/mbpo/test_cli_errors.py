@@ -120,7 +120,8 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp
 
 def test_what_is_not_a_checkpoint_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A run dir names its newest checkpoint; another file is 'not a checkpoint', without torch's advice to
-    load it with weights_only=False (which would be wrong: it is no torch file at all)."""
+    load it with weights_only=False (which would be wrong: it is no torch file at all).
+    """
     from mbpo import cli
 
     run = tmp_path / "run"
