@@ -51,8 +51,16 @@ CHECKPOINT_EVERY = 500
 steps, about 4 minutes of a Hopper run here; a checkpoint (about 60 MB at 30k) takes about a second."""
 REPORT_AT = (10_000, 20_000, 30_000)
 LAST_EVALS = 3
-"""A steadier end-of-run figure beside the issue's single evaluation at 30k: the mean of the last three
-(25k, 27.5k, 30k); one 10-episode Hopper evaluation swings by hundreds from its neighbours."""
+"""Each seed's score: the mean of the last three evaluations (25k, 27.5k, 30k); one 10-episode Hopper evaluation
+swings by hundreds from its neighbours, close to a single draw."""
+MODEL_FREE = ("sac_same_ratio", "sb3", "redq", "droq", "crossq")
+"""The learners without a model, each of which the best MBPO must match (issue 37's target)."""
+BEST_MBPO = "mbpo_redq"
+"""MBPO with the critic option the Hopper screen picked (docs/benchmarks.md, "Critic options")."""
+SCORE_TARGETS = {"hopper": 1_850.0, "walker2d": 700.0}
+"""The best MBPO's median score to reach: REDQ's published Hopper mean at 33k, and 700 on Walker2d."""
+PUBLISHED_FILE = ROOT / "docs" / "results" / "locomotion" / "published.json"
+"""REDQ, DroQ, CrossQ and SAC as published (benchmarks/published_curves.py): drawn beside ours."""
 CONFIGS: dict[str, tuple[str, list[str]]] = {
     "mbpo": ("mbpo", []), "sac_same_ratio": ("mbpo", ["model.enabled=false"]), "mbpo_sync": ("mbpo", ["trainer=sync"]),
     "mbpo_lead0": ("mbpo", ["runtime.max_lead=0"]), "mbpo_redq": ("mbpo_redq", []), "mbpo_droq": ("mbpo_droq", []),
@@ -217,7 +225,7 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         run: dict[str, Any] = {
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
             "done": _done(run_dir), "returns": returns_at(evals),
-            f"mean_last_{LAST_EVALS}_evals": last_evals_mean(evals),
+            "score": last_evals_mean(evals), "cpu_flags": _cpu_flags(run_dir),
             # steady state (no start-up: mbpo.throughput.steady_rate) and the whole run's average beside it
             "env_steps_per_s": _round(steady_rate(rows)),
             "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
@@ -232,10 +240,24 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         values = [r["returns"][str(k)] for r in runs if str(k) in r["returns"]]
         out[f"median_at_{k}"] = round(statistics.median(values), 1) if values else None
         out[f"range_at_{k}"] = [min(values), max(values)] if values else None
-    finals = [r[f"mean_last_{LAST_EVALS}_evals"] for r in runs if r["done"]]
-    out[f"median_mean_last_{LAST_EVALS}_evals"] = round(statistics.median(finals), 1) if finals else None
+    scores = [r["score"] for r in runs if r["done"] and r["score"] is not None]
+    out["median_score"] = round(statistics.median(scores), 1) if scores else None
+    out["score_range"] = [min(scores), max(scores)] if scores else None
+    walls = [r["wall_s"] for r in runs if r["done"]]
+    out["median_wall_s"] = round(statistics.median(walls), 1) if walls else None
     out["seeds_done"] = sum(r["done"] for r in runs)
     return out
+
+
+def _cpu_flags(run_dir: Path) -> list[str] | None:
+    """The CPU flags run.json recorded for the run (its provenance, else the benchmark's machine record)."""
+    try:
+        info = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    records = info.get("provenance") or []
+    flags = {f for r in records for f in r.get("machine", {}).get("cpu_flags", [])}
+    return sorted(flags) if flags else info.get("machine", {}).get("cpu_flags")
 
 
 def paper_curve(env_id: str) -> dict[str, Any] | None:
@@ -254,11 +276,20 @@ def paper_at(curve: dict[str, Any], env_steps: int) -> tuple[int, float, float] 
     return curve["env_steps"][near], curve["return"][near], curve["std"][near]
 
 
-def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None) -> Path:
+def published_curves(env_id: str) -> dict[str, Any]:
+    """The published model-free curves for ``env_id`` (docs/results/locomotion/published.json), if any."""
+    if not PUBLISHED_FILE.is_file():
+        return {}
+    found: dict[str, Any] = json.loads(PUBLISHED_FILE.read_text()).get(env_id, {})
+    return found
+
+
+def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None,
+         published: dict[str, Any] | None = None) -> Path:
     from mbpo.plotting import _pyplot, curves
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 5.4))
     for label, c in curves(run_dirs).items():
         k = len(c["seeds"])
         line, = ax.plot(c["x"], c["median"], "o-", ms=3, label=f"{label} ({k} seed{'s' if k > 1 else ''})")
@@ -270,53 +301,68 @@ def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None
         ax.plot(x, y, "k--", lw=1.2, label=f"MBPO paper ({paper['source_short']}), mean and std")
         ax.fill_between(x, [a - b for a, b in zip(y, sd, strict=True)], [a + b for a, b in zip(y, sd, strict=True)],
                         color="k", alpha=0.08)
+    for curve in (published or {}).values():
+        keep = [i for i, x in enumerate(curve["env_steps"]) if x <= STEPS + 4_000]
+        ax.plot([curve["env_steps"][i] for i in keep], [curve["mean"][i] for i in keep], ":", marker="x", ms=4,
+                lw=1.0, label=f"{curve['label']}, mean of {max(curve['seeds'])} seeds")
     ax.axvline(RANDOM_STEPS, color="grey", lw=0.6, ls=":")
     ax.set_xlabel("env steps (including the 5,000 random ones)")
     ax.set_ylabel("evaluation return (10 episodes)")
     ax.set_title(f"{ENVS[env]}: median and range over seeds")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
 
 
-def report(env: str, root: Path, seeds: list[int]) -> dict[str, Any]:
+def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dict[str, Any]:
+    """The JSON line: every learner's runs and median score, the compute cost of each against today's MBPO, the
+    published curves' figures at 30k, the targets; and the charts.
+    """
     from mbpo.plotting import plot_model_health
 
     dirs = {learner: [run_dir_of(root, env, learner, s) for s in seeds] for learner in LEARNERS}
     result: dict[str, Any] = {"benchmark": "locomotion", "env": ENVS[env], "env_steps": STEPS,
                               "eval_every": EVAL_EVERY, "eval_episodes": EVAL_EPISODES, "seeds": seeds,
-                              "machine": machine(), "learners": {}}
+                              "score": f"mean of the last {LAST_EVALS} evaluations", "machine": machine(),
+                              "learners": {}}
     for learner in LEARNERS:
         summary = summarize(learner, dirs[learner])
         if summary["runs"]:
             result["learners"][learner] = summary
+    learners = result["learners"]
+    base_wall = learners.get("mbpo", {}).get("median_wall_s")
+    for summary in learners.values():  # compute cost: wall-clock per 30k env steps against today's MBPO
+        wall = summary["median_wall_s"]
+        summary["wall_over_mbpo"] = round(wall / base_wall, 2) if wall and base_wall else None
     paper = paper_curve(ENVS[env])
     if paper is not None:
         result["mbpo_paper"] = {"source": paper["source"],
                                 **{f"at_{k}": paper_at(paper, k) for k in REPORT_AT}}  # (env steps, mean, std)
-    existing = [d for learner in ("mbpo", "sac_same_ratio", "sb3") for d in dirs[learner]
-                if (d / "metrics.csv").is_file()]
+    published = published_curves(ENVS[env])
+    if published:
+        from published_curves import near
+
+        result["published"] = {m: {"source": c["source"], "near_33333": near(c, 33_333)} for m, c in published.items()}
+    existing = [d for learner in LEARNERS for d in dirs[learner] if (d / "metrics.csv").is_file()]
     if existing:
-        result["plot"] = str(draw(env, existing, root / f"{env}_learning_curves.png", paper))
-        mbpo_dirs = [d for d in dirs["mbpo"] if (d / "metrics.csv").is_file()]
-        health = plot_model_health(mbpo_dirs, root / f"{env}_mbpo_model_health.png") if mbpo_dirs else None
-        if health is not None:
-            result["model_health_plot"] = str(health)
-    sync_vs_async = async_against_sync(result["learners"])
+        result["plot"] = str(draw(env, existing, root / f"{env}_learning_curves.png", paper, published))
+        for learner in ("mbpo", best):
+            model_dirs = [d for d in dirs[learner] if (d / "metrics.csv").is_file()]
+            health = plot_model_health(model_dirs, root / f"{env}_{learner}_model_health.png") if model_dirs else None
+            if health is not None:
+                result[f"{learner}_model_health_plot"] = str(health)
+    sync_vs_async = async_against_sync(learners)
     if sync_vs_async:
         result["async_vs_sync"] = sync_vs_async
-    mbpo = result["learners"].get("mbpo", {})
-    targets = {}
-    for peer, factor in (("sac_same_ratio", 1.5), ("sb3", 2.0)):
-        last = f"median_mean_last_{LAST_EVALS}_evals"
-        for key, suffix in ((f"median_at_{STEPS}", ""), (last, f"_last_{LAST_EVALS}")):
-            ours, theirs = mbpo.get(key), result["learners"].get(peer, {}).get(key)
-            if ours is not None and theirs is not None:
-                result[f"mbpo_over_{peer}{suffix}"] = round(ours / theirs, 3) if theirs else None
-                if not suffix:  # the issue's targets are on the return at 30k; the steadier figure is beside them
-                    targets[f"mbpo_at_least_{factor}x_{peer}"] = ours >= factor * theirs
+    ours = learners.get(best, {}).get("median_score")
+    targets: dict[str, Any] = {"learner": best}
+    if ours is not None:
+        targets[f"score_at_least_{SCORE_TARGETS[env]:.0f}"] = ours >= SCORE_TARGETS[env]
+        peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")}
+        targets["at_least_every_model_free"] = all(ours >= v for v in peers.values()) if peers else None
+        targets["over_each_model_free"] = {m: round(ours / v, 3) for m, v in peers.items() if v > 0}
     result["targets"] = targets
     return result
 
@@ -363,6 +409,8 @@ def main() -> None:
     parser.add_argument("--learners", nargs="+", choices=LEARNERS, default=["mbpo", "sac_same_ratio", "sb3"])
     parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
     parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
+    parser.add_argument("--best-mbpo", default=BEST_MBPO, choices=LEARNERS,
+                        help="the MBPO learner the targets are on")
     parser.add_argument("--env-steps", type=int, default=STEPS,
                         help="run length (a screening run is shorter; the report's figures are at 30,000)")
     args = parser.parse_args()
@@ -381,7 +429,7 @@ def main() -> None:
                     run_ours(args.env, learner, seed, run_dir, args.env_steps)
                 if args.results is not None and _done(run_dir):
                     export(run_dir, args.results / args.env / run_dir.name)
-    print(json.dumps(report(args.env, root, args.seeds)))
+    print(json.dumps(report(args.env, root, args.seeds, args.best_mbpo)))
 
 
 if __name__ == "__main__":

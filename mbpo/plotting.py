@@ -43,7 +43,8 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
         from mbpo.config import config_from_yaml, updates_per_transition
 
         cfg = config_from_yaml(config_path.read_text())
-        extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}"
+        extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}{critic_label(cfg)}"
+        extra += ", sync trainer" if cfg.trainer == "sync" else ""
         return f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}", cfg.seed
     try:
         info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
@@ -51,6 +52,25 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
     except (OSError, ValueError, KeyError):
         raise MbpoError(f"{run_dir} has neither a config.yaml nor a run.json with a label; expected a run dir "
                         "written by `python -m mbpo train` (or one that names itself in run.json)") from None
+
+
+def critic_label(cfg: Any) -> str:
+    """SAC's critic options as a label suffix (empty for SAC's own twin critics), so curves of different critics
+    never merge into one.
+    """
+    sac = cfg.agent.sac
+    parts = []
+    if sac.crossq:
+        parts.append("CrossQ")
+    if sac.num_critics != 2 or sac.num_min is not None:
+        parts.append(f"{sac.num_critics} critics, min of {sac.num_min or sac.num_critics}, actor on {sac.actor_q}")
+    if sac.dropout > 0:
+        parts.append(f"dropout {sac.dropout:g}")
+    if sac.layer_norm:
+        parts.append("LayerNorm")
+    if sac.policy_delay > 1:
+        parts.append(f"policy delay {sac.policy_delay}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _curve(run_dir: Path, x: str, y: str = "eval_return") -> list[tuple[float, float]]:
