@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mbpo.agents.critic import Critics
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_loss_terms
 from mbpo.agents.update_metrics import ACTOR_METRICS, METRIC_NAMES, UpdateMetrics
@@ -60,8 +61,6 @@ from mbpo.seeding import derive
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
 _SNAPSHOT_KEYS = ("actor", "critic", "target_critic", "log_alpha", "num_updates")
-DEFAULT_TAU = 0.005
-"""Polyak rate of the target critics when agent.sac.tau is unset (the SAC paper's)."""
 _ACTOR_SIDE = [name in ACTOR_METRICS for name in METRIC_NAMES]
 
 
@@ -119,28 +118,18 @@ class SAC:
 
         # Seed the init locally (CPU generator only) so building an agent never moves any global RNG.
         renorm = {"warmup": config.renorm_warmup} if config.crossq else None
-        self.critic_widths: list[int] = list(config.critic_hidden_sizes or config.hidden_sizes)
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
             actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm,
                                       batch_renorm=renorm)
-            critic = BatchedMLP(config.num_critics, self.obs_dim + self.act_dim, self.critic_widths, 1,
-                                layer_norm=config.layer_norm, batch_renorm=renorm)
+            self.critics = Critics(config, self.obs_dim + self.act_dim, self.device, renorm)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
-        self.critic = critic.to(self.device).train()
-        self.target_critic: BatchedMLP | None = (
-            None if config.crossq else copy.deepcopy(self.critic).requires_grad_(False).train())
-        """The Polyak-averaged critics of the TD target; None under CrossQ, which has none."""
-        self.tau = DEFAULT_TAU if config.tau is None else config.tau
         self._snapshot_keys = tuple(k for k in _SNAPSHOT_KEYS if k != "target_critic" or not config.crossq)
         norm = self.actor.obs_norm
         self.obs_norm: RunningObsNorm | None = norm if isinstance(norm, RunningObsNorm) else None
         """Running observation statistics (agent.obs_norm); part of the actor, so they travel with its weights."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_alpha), device=self.device))
-        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
-        self._target_params: list[torch.Tensor] = (
-            [] if self.target_critic is None else list(self.target_critic.parameters()))
         self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self._make_optimizers()
         self._bf16_on = self.device.type if self.precision == "bf16" else None
@@ -193,18 +182,28 @@ class SAC:
         c = self.config
         betas = (c.adam_beta1, 0.999)
         self.actor_optim = torch.optim.Adam(self._actor_params, lr=c.actor_lr, betas=betas, fused=True)
-        self.critic_optim = torch.optim.Adam(self._critic_params, lr=c.critic_lr, betas=betas, fused=True)
+        self.critic_optim = torch.optim.Adam(self.critics.params, lr=c.critic_lr, betas=betas, fused=True)
         self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True)
 
     def _optimizers(self) -> tuple[tuple[torch.optim.Adam, list[torch.Tensor]], ...]:
         return (
-            (self.critic_optim, self._critic_params),
+            (self.critic_optim, self.critics.params),
             (self.actor_optim, self._actor_params),
             (self.alpha_optim, [self.log_alpha]),
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         return bf16_autocast(self._bf16_on)
+
+    @property
+    def critic(self) -> BatchedMLP:
+        """The N online critics, one batched network ``[N, B, 1]``."""
+        return self.critics.net
+
+    @property
+    def target_critic(self) -> BatchedMLP | None:
+        """The Polyak-averaged target critics; None under CrossQ."""
+        return self.critics.target
 
     # --- acting ---------------------------------------------------------------------------------
     @property
@@ -261,7 +260,7 @@ class SAC:
             obs = obs.float()
             mean, _ = self.actor(obs)
             q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1)).float().squeeze(-1)
-        return q.min(0).values if self.config.actor_q == "min" else q.mean(0)
+        return self.critics.reduce(q)
 
     def entropy_bonus(self) -> float:
         """``alpha * H`` per step, H at ``target_entropy`` (where automatic alpha holds it): the soft part of Q."""
@@ -288,26 +287,9 @@ class SAC:
 
     def _draws(self, batch_size: int, update_actor: bool) -> Draws:
         """This update's random numbers, all from the learner's generator (so a resume repeats them): the noise,
-        then REDQ's subset of target critics, then DroQ's dropout masks. Options that are off draw nothing, so
-        a plain SAC's stream is what it always was.
+        then what the critic options need (:meth:`Critics.draws`).
         """
-        c = self.config
-        subset = None
-        if c.num_min is not None and c.num_min < c.num_critics:
-            subset = torch.randperm(c.num_critics, generator=self.generator, device=self.device)[:c.num_min]
-        masks: list[tuple[torch.Tensor, ...] | None] = [None, None, None]
-        if c.dropout > 0:
-            q_rows = 2 * batch_size if c.crossq else batch_size
-            target_members = c.num_critics if c.num_min is None else min(c.num_min, c.num_critics)
-            passes = [(c.num_critics, q_rows), (target_members, batch_size), (c.num_critics, batch_size)]
-            for k, (members, rows) in enumerate(passes):
-                if (k == 1 and c.crossq) or (k == 2 and not update_actor):
-                    continue  # no target pass under CrossQ; no actor pass on a delayed step
-                masks[k] = tuple(
-                    torch.empty((members, rows, width), device=self.device)
-                    .bernoulli_(1.0 - c.dropout, generator=self.generator).div_(1.0 - c.dropout)
-                    for width in self.critic_widths)
-        return Draws(self._noise(batch_size), subset, *masks)
+        return self.critics.draws(self._noise(batch_size), update_actor, self.generator)
 
     def _check_batch(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The five transition tensors; shapes and devices checked on the host (no sync)."""
@@ -366,17 +348,7 @@ class SAC:
                 # read by the fused Adam kernel: skip the whole step if 1
                 optim.found_inf = found_inf  # type: ignore[attr-defined]  # torch's stubs do not declare it
                 optim.step()
-            # Polyak with torch._foreach_lerp_: torchrl's SoftUpdate needs a LossModule holding
-            # TensorDictParams, which this plain-module design does not have; lerp_ on the
-            # parameter lists is the same update (target += tau * (online - target)) in one
-            # kernel per list, and its tensor weight tau * finite makes a skipped update a no-op.
-            # no_grad: the online critic requires grad, and a recorded lerp would chain one autograd node per
-            # parameter per update onto the target (memory that grows for the whole run).
-            if self._target_params:
-                weight = finite.float().mul(self.tau)
-                with torch.no_grad():
-                    torch._foreach_lerp_(self._target_params, self._critic_params,
-                                         [weight] * len(self._target_params))
+            self.critics.polyak(finite)  # a skipped update moves no target
             self._weights_version += 1
         applied = torch.stack((finite, ~finite)).to(torch.int64)
         self._counts.add_(applied)
@@ -415,15 +387,8 @@ class SAC:
         num_updates.
         """
         with self._weights_lock:
-            snapshot = {
-                "actor": cpu_copy(self.actor.state_dict()),
-                "critic": cpu_copy(self.critic.state_dict()),
-                "log_alpha": cpu_copy(self.log_alpha),
-                "num_updates": self.num_updates,
-            }
-            if self.target_critic is not None:
-                snapshot["target_critic"] = cpu_copy(self.target_critic.state_dict())
-            return snapshot
+            return {"actor": cpu_copy(self.actor.state_dict()), **self.critics.state(),
+                    "log_alpha": cpu_copy(self.log_alpha), "num_updates": self.num_updates}
 
     @torch.no_grad()
     def load_snapshot(self, snapshot: Mapping[str, Any]) -> None:
@@ -434,9 +399,7 @@ class SAC:
                            f"{list(self._snapshot_keys)})")
         with self._weights_lock:
             self.actor.load_state_dict(snapshot["actor"])
-            self.critic.load_state_dict(snapshot["critic"])
-            if self.target_critic is not None:
-                self.target_critic.load_state_dict(snapshot["target_critic"])
+            self.critics.load(dict(snapshot))
             self.log_alpha.copy_(torch.as_tensor(snapshot["log_alpha"]))
             self._make_optimizers()
             self._set_counts(int(snapshot["num_updates"]), self.num_skipped_updates)
