@@ -4,7 +4,8 @@
 lists the native ids. Adapters bring in gymnasium and torchrl envs and hand
 ours to torchrl; ``from_rsl_rl`` brings in rsl_rl envs (Isaac Lab, mjlab).
 ``make_from_factory("package.module:callable", num_envs, ...)`` builds a user's env
-by name and wraps it by type (``as_vec_env``). This package never imports ``mbpo``.
+by name and wraps it by type (``as_vec_env``); ``envs.contract.probe`` holds an env's first reset and step to
+the contract. This package never imports ``mbpo``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from envs.base import (
     check_actions,
     random_actions,
 )
+from envs.contract import ContractError, as_float32
 from envs.device import DeviceUnavailableError, resolve_device
 from envs.factory import EnvFactoryError, as_vec_env, make_from_factory
 from envs.registry import UnknownEnvError, list_envs, make
@@ -60,9 +62,11 @@ def to_rsl_rl(vec_env: VecEnv) -> Any:
 
 __all__ = [
     "ActionError",
+    "ContractError",
     "EnvTooLargeError",
     "MissingExtraError",
     "available_memory",
+    "as_float32",
     "as_vec_env",
     "DeviceUnavailableError",
     "EnvFactoryError",

@@ -128,7 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.checkpoint import load_checkpoint
     from mbpo.config import config_from_yaml
     from mbpo.devices import DevicePlan
-    from mbpo.env_builder import build_env
+    from mbpo.env_builder import build_env, check_env
     from mbpo.evaluation import evaluate
 
     if args.episodes < 1:
@@ -137,6 +137,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
     env = build_env(config.env, args.episodes, device, args.seed)  # the run's env id or factory, as it trained
+    env, _ = check_env(env, config.env, args.seed)  # evaluate() reseeds it
     agent = make_agent(acting_config(config.agent), env.observation_space, env.action_space, device, config.seed)
     agent.load_state_dict(state["agent"])
     returns = evaluate(agent, env, args.seed)

@@ -24,6 +24,7 @@ import torch
 
 import envs
 from envs import random_actions
+from envs.contract import check_reset, check_step
 from mbpo.logs import quiet_torchrl
 
 if TYPE_CHECKING:
@@ -41,21 +42,14 @@ class SmokeContext:
 
 def stage_interaction(ctx: SmokeContext) -> None:
     env, gen = ctx.env, torch.Generator().manual_seed(0)
-    obs = env.reset(seed=0)
-    _expect(obs.shape == (env.num_envs, env.obs_dim), f"reset obs shape {tuple(obs.shape)}")
+    casts = check_reset(env, env.reset(seed=0))  # dtype, shape and device of every field: envs.contract
     for t in range(3):
-        obs, reward, terminated, truncated, info = env.step(random_actions(env, gen))
+        step = env.step(random_actions(env, gen))
+        casts |= check_step(env, step)
+        obs, reward, terminated, *_ = step
         print(f"  Step {t}: obs shape={tuple(obs.shape)}, rewards shape={tuple(reward.shape)}")
-        for name, x, dtype, shape in (
-            ("obs", obs, torch.float32, (env.num_envs, env.obs_dim)),
-            ("reward", reward, torch.float32, (env.num_envs,)),
-            ("terminated", terminated, torch.bool, (env.num_envs,)),
-            ("truncated", truncated, torch.bool, (env.num_envs,)),
-            ("final_obs", info["final_obs"], torch.float32, (env.num_envs, env.obs_dim)),
-        ):
-            _expect(x.dtype == dtype and tuple(x.shape) == shape, f"{name}: {x.dtype} {tuple(x.shape)}")
-            _expect(x.device == env.device, f"{name} is on {x.device}, env on {env.device}")
         _expect(bool(torch.isfinite(obs).all() and torch.isfinite(reward).all()), "non-finite obs/reward")
+    _expect(not casts, f"the env returned {casts} where the contract says float32")
     print(f"  dtypes: obs={obs.dtype}, reward={reward.dtype}, done={terminated.dtype}; device={obs.device}")
 
 

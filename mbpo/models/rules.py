@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-import envs
+from envs.contract import Probe
 from mbpo.buffers import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, real_transitions
 from mbpo.config import ModelConfig
 from mbpo.errors import MbpoError
@@ -135,12 +135,12 @@ def _attribute(obj: object, name: str) -> Any:
         return None
 
 
-def probe_transitions(env: envs.VecEnv, seed: int) -> TensorDict:
-    """One vector step of real transitions from ``env`` (reset with ``seed``, uniformly random actions)."""
-    obs = env.reset(seed=seed)
-    actions = envs.random_actions(env, torch.Generator().manual_seed(seed))
-    next_obs, reward, terminated, truncated, info = env.step(actions)
-    return real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+def probe_transitions(probe: Probe) -> TensorDict:
+    """The real transitions of a probe's vector step (:func:`envs.contract.probe`: a checked reset with a seed,
+    then uniformly random actions).
+    """
+    return real_transitions(probe.obs, probe.actions, probe.reward, probe.next_obs, probe.terminated,
+                            probe.truncated, probe.info)
 
 
 def check_rules(rules: ModelRules, batch: TensorDict) -> list[str]:

@@ -95,6 +95,9 @@ class CollectorSetup:
     nonfinite: str = "raise"
     torch_threads: int = 1
     debug: bool = False
+    float32_fields: tuple[str, ...] = ()
+    """Env fields the trainer's start-up check found in another float dtype: collectors cast them to float32
+    (envs.contract.as_float32)."""
 
 
 class Collector(Protocol):
@@ -134,9 +137,10 @@ class EnvStepper:
 
     def __init__(self, collector_id: int, setup: CollectorSetup, env: envs.VecEnv, policy: Any, seed: int,
                  beat: Callable[[], None]) -> None:
-        self.collector_id, self.setup, self.env, self.policy, self.beat = collector_id, setup, env, policy, beat
+        self.collector_id, self.setup, self.policy, self.beat = collector_id, setup, policy, beat
+        self.env = envs.as_float32(env, setup.float32_fields)
         self.random_gen = torch.Generator().manual_seed(derive(seed, "random_actions"))
-        self.obs = env.reset(seed=seed)
+        self.obs = self.env.reset(seed=seed)
         self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
         """The published weight version the policy holds (0: none yet)."""

@@ -113,6 +113,12 @@ class AsyncTrainer(Trainer):
         """A resumed run's env steps the eval/log/checkpoint cadence had been checked up to."""
         self._periodic_steps = 0  # this run's (set when it starts)
 
+    def _cast_to_float32(self, fields: tuple[str, ...]) -> None:
+        """Every collector casts them, whatever runs it: thread collectors share the setup, process and Ray
+        collectors are sent it when they start (after this).
+        """
+        self.setup.float32_fields = fields
+
     # -- construction helpers -----------------------------------------------------------
     def _make_env(self) -> envs.VecEnv:
         return self._collector_env(0, 0)

@@ -25,7 +25,7 @@ from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sa
 from mbpo.checkpoint import FORMAT, save_checkpoint
 from mbpo.config import Config, ConfigError, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.devices import DevicePlan
-from mbpo.env_builder import build_env
+from mbpo.env_builder import build_env, check_env
 from mbpo.errors import MbpoError
 from mbpo.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.model_based import ModelBased
@@ -38,6 +38,8 @@ from mbpo.throughput import RATE_COLUMNS, Throughput
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
+    from tensordict import TensorDict
+
     from mbpo.metrics import MetricsLogger
 
 __all__ = ["Trainer", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES", "INTERVAL_COLUMNS"]
@@ -114,10 +116,16 @@ class Trainer:
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
             # that runs one instance per process (Isaac Sim) can then hold the evaluation env.
             self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
-            self.components["eval env"] = self.eval_env
             self.plan.check({"eval env": self.eval_env})
+            # Before any collector starts, on every backend: the eval env is built as every collector's is, and
+            # every evaluation reseeds it, so its probe step changes nothing the run does afterwards.
+            self.eval_env, probe = check_env(self.eval_env, config.env, self.seed("env_probe"))
+            self.components["eval env"] = self.eval_env
+            self.float32_fields = tuple(probe.float32_fields)
+            """Env fields returned in another float dtype, cast to float32 wherever the run steps an env."""
+            self._cast_to_float32(self.float32_fields)
             if self.model is not None:
-                self._check_rules(self.model)  # on a real step of the eval env
+                self._check_rules(self.model, probe_transitions(probe))
         except BaseException:
             self.close_envs()  # a simulator (mjlab, Isaac Lab) must not outlive a failed start-up
             raise
@@ -132,6 +140,11 @@ class Trainer:
 
     def _build_runtime(self, config: Config) -> None:
         """What a subclass builds after the learner (collectors, the model thread); the envs close if it fails."""
+
+    def _cast_to_float32(self, fields: tuple[str, ...]) -> None:
+        """Have the training envs cast ``fields`` to float32 (envs.contract.as_float32), as the start-up check
+        found they need; a subclass knows where its training envs are stepped.
+        """
 
     def _build_learner(self, config: Config, device: torch.device) -> None:
         self.plan.check({"env": self.env})  # before anything else is built or stepped
@@ -200,17 +213,16 @@ class Trainer:
                             f"{_size(available)} is available ({'; '.join(parts)}); lower agent.buffer_size"
                             f"{model_keys if m.enabled else ''}")
 
-    def _check_rules(self, model: ModelBased) -> None:
-        """Say which termination and reward rules the rollouts use, and run them on real transitions (one
-        random step of the eval env, which every evaluation reseeds) before anything trains. Last in start-up:
-        the rules come from the training env, the transitions from the eval env.
+    def _check_rules(self, model: ModelBased, transitions: TensorDict) -> None:
+        """Say which termination and reward rules the rollouts use, and run them on real ``transitions`` (the
+        start-up probe's random step of the eval env) before anything trains. Last in start-up: the rules come
+        from the training env, the transitions from the eval env.
         """
         print(f"[mbpo] model rules: {model.rules.describe()}", file=sys.stderr)
         if model.termination is None and model.reward is None:
             return
         # on the model's device, where the rollouts call them (the env may live elsewhere: env.device=cpu)
-        probe = probe_transitions(self.eval_env, self.seed("rules_probe")).to(model.device)
-        for line in model.check_rules(probe):
+        for line in model.check_rules(transitions.to(model.device)):
             print(f"[mbpo] warning: {line}", file=sys.stderr)
 
     def due(self, before: int, after: int, done: bool = False) -> Due:

@@ -51,6 +51,10 @@ class SyncTrainer(Trainer):
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()
 
+    def _cast_to_float32(self, fields: tuple[str, ...]) -> None:
+        """Its one training env is the one it steps (state_dict and the rest read through the cast)."""
+        self.env = envs.as_float32(self.env, fields)
+
     # -- the loop ----------------------------------------------------------------
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
         """Train until ``total_env_steps`` or a stop signal; write the final checkpoint; return the last row."""

@@ -84,3 +84,46 @@ def unbatched_torchrl(num_envs: int) -> Any:
 
 
 NOT_CALLABLE = 3
+
+
+class BreaksContract(envs.VecEnv):
+    """Pendulum-v1 with one field of what ``reset`` and ``step`` return broken as ``breaks`` says (None: none):
+    the cases a start-up check of the VecEnv contract must catch (tests/envs/test_contract.py,
+    tests/mbpo/test_env_contract.py).
+    """
+
+    BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs")
+
+    def __init__(self, num_envs: int, device: str, seed: int, breaks: str | None) -> None:
+        if breaks is not None and breaks not in self.BREAKS:
+            raise ValueError(f"breaks={breaks!r}; expected None (nothing) or one of {self.BREAKS}")
+        self.pendulum = envs.make("Pendulum-v1", num_envs, device=device, seed=seed)
+        self.breaks = breaks
+        self.num_envs, self.device = self.pendulum.num_envs, self.pendulum.device
+        self.observation_space, self.action_space = self.pendulum.observation_space, self.pendulum.action_space
+        self.max_episode_steps = self.pendulum.max_episode_steps
+
+    @property
+    def episode_steps(self) -> torch.Tensor:  # type: ignore[override]  # reads through to Pendulum's
+        return self.pendulum.episode_steps
+
+    def _obs(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.breaks == "float64_obs":
+            return obs.double()
+        if self.breaks == "int64_obs":
+            return obs.long()
+        return obs[:, :2] if self.breaks == "obs_shape" else obs
+
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self._obs(self.pendulum.reset(seed=seed, env_ids=env_ids))
+
+    def step(self, actions: torch.Tensor) -> envs.base.StepResult:
+        obs, reward, terminated, truncated, info = self.pendulum.step(actions)
+        info = {} if self.breaks == "no_final_obs" else {"final_obs": self._obs(info["final_obs"])}
+        return (self._obs(obs), reward.unsqueeze(-1) if self.breaks == "reward_column" else reward,
+                terminated.float() if self.breaks == "float_terminated" else terminated, truncated, info)
+
+
+def breaks_contract(num_envs: int, device: str, seed: int, breaks: str) -> BreaksContract:
+    """``env.factory=tests.envs.factories:breaks_contract env.kwargs.breaks=<case>``."""
+    return BreaksContract(num_envs, device, seed, breaks)

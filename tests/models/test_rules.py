@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import envs
+from envs.contract import probe
 from mbpo.buffers import real_transitions
 from mbpo.config import ConfigError, load_config
 from mbpo.errors import MbpoError
@@ -202,7 +203,7 @@ def wrong(kind: str, value: Any) -> Rule:
 def test_a_broken_rule_is_one_clear_error_at_start_up(rule: Rule, message: str) -> None:
     from mbpo.models.rules import ModelRules
 
-    batch = probe_transitions(envs.make("Pendulum-v1", 5, device="cpu"), seed=0)
+    batch = probe_transitions(probe(envs.make("Pendulum-v1", 5, device="cpu"), seed=0))
     rules = ModelRules(rule, None) if rule.kind == "termination" else ModelRules(None, rule)
     with pytest.raises(MbpoError, match=message):
         check_rules(rules, batch)
@@ -211,7 +212,7 @@ def test_a_broken_rule_is_one_clear_error_at_start_up(rule: Rule, message: str) 
 def test_a_rule_that_disagrees_with_the_env_is_a_warning_and_mbrl_lib_shapes_are_taken() -> None:
     from mbpo.models.rules import ModelRules
 
-    batch = probe_transitions(envs.make("Pendulum-v1", 5, device="cpu"), seed=0)
+    batch = probe_transitions(probe(envs.make("Pendulum-v1", 5, device="cpu"), seed=0))
     column = Rule("reward", lambda o, a, n: pendulum_reward(o, a, n).unsqueeze(-1).double(), "model.reward='a:b'")
     assert check_rules(ModelRules(None, column), batch) == []  # (B, 1) float64 is taken as (B,) float32
     off = Rule("reward", lambda o, a, n: pendulum_reward(o, a, n) + 1.0, "model.reward='a:b'")
@@ -264,5 +265,5 @@ def test_discrete_actions_reach_a_rule_as_int64() -> None:
 
     seen: list[torch.dtype] = []
     rule = Rule("termination", lambda o, a, n: seen.append(a.dtype) or n[:, 0].abs() > 2.4, "cartpole")
-    batch = probe_transitions(envs.make("CartPole-v1", 3, device="cpu"), seed=0)
+    batch = probe_transitions(probe(envs.make("CartPole-v1", 3, device="cpu"), seed=0))
     assert check_rules(ModelRules(rule, None), batch) == [] and seen == [torch.int64]

@@ -1,0 +1,121 @@
+"""envs.contract: an env's first reset and step held to the VecEnv contract, field by field.
+
+The broken envs are tests/envs/factories.py's ``BreaksContract`` (Pendulum-v1 with one field broken); the
+same cases through the trainer and the CLI, on every backend, are in tests/mbpo/test_env_contract.py.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+import torch
+
+import envs
+from envs.contract import ContractError, Float32Env, as_float32, probe
+from tests.envs.factories import BreaksContract, breaks_contract
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(60)]
+F = "tests.envs.factories"
+
+
+@pytest.mark.parametrize("env_id", envs.list_envs(include_toy=True))
+def test_every_native_env_fits_the_contract_as_it_is(env_id: str) -> None:
+    checked = probe(envs.make(env_id, 3, seed=0), seed=1)
+    assert checked.float32_fields == {} and checked.obs.shape[0] == 3 and checked.reward.dtype == torch.float32
+
+
+@pytest.mark.parametrize("factory, kwargs", [("ours", {}), ("torchrl_env", {}), ("gymnasium_vector", {}),
+                                             ("rsl_rl_env", {})])
+def test_what_the_adapters_hand_on_fits_the_contract(factory: str, kwargs: dict[str, Any]) -> None:
+    env = envs.make_from_factory(f"{F}:{factory}", 2, device="cpu", seed=0, **kwargs)
+    assert probe(env, seed=0).float32_fields == {}
+    env.close()
+
+
+@pytest.mark.parametrize("breaks, says", [
+    ("int64_obs", r"^reset returned obs as int64; expected float32 of shape \(num_envs, obs_dim\) = \(2, 3\) on cpu "
+                  r"\(the VecEnv contract, envs/base.py\): return obs.float\(\); a discrete observation"),
+    ("obs_shape", r"^reset returned obs of shape \(2, 2\); expected float32 of shape \(num_envs, obs_dim\) = \(2, 3\) "
+                  r"on cpu .*: return one row per env, flattened to obs_dim=3 values \(from observation_space.shape="
+                  r"\(3,\); fix observation_space if the rows are right\)$"),
+    ("float_terminated", r"^step returned terminated as float32; expected bool of shape \(num_envs,\) = \(2,\) on cpu "
+                         r".*: return a bool tensor: the comparison that decides it, or terminated > 0.5 for 0/1"),
+    ("reward_column", r"^step returned reward of shape \(2, 1\); expected float32 of shape \(num_envs,\) = \(2,\) on "
+                      r"cpu .*: return reward.squeeze\(-1\) \(one value per env, no trailing dimension\)$"),
+    ("no_final_obs", r"^step returned info without 'final_obs' \(keys: \[\]\); expected info\['final_obs'\] on every "
+                     r"step: float32 of shape \(num_envs, obs_dim\) = \(2, 3\) on cpu, each finished env's last "
+                     r"observation .*: add it \(rows of envs that did not finish are not read"),
+])
+def test_a_field_that_does_not_fit_is_named_with_what_was_expected_and_the_fix(breaks: str, says: str) -> None:
+    with pytest.raises(ContractError, match=says) as info:
+        probe(breaks_contract(2, "cpu", 0, breaks), seed=0)
+    assert "\n" not in str(info.value)
+
+
+def test_a_float64_obs_is_cast_to_float32_on_every_reset_and_step_and_the_rest_reads_through() -> None:
+    env = breaks_contract(2, "cpu", 0, "float64_obs")
+    checked = probe(env, seed=0)
+    assert checked.float32_fields == {"obs": torch.float64, "final_obs": torch.float64}
+    assert checked.obs.dtype == checked.next_obs.dtype == checked.info["final_obs"].dtype == torch.float32
+    cast = as_float32(env, tuple(checked.float32_fields))
+    assert isinstance(cast, Float32Env) and cast.num_envs == 2 and cast.breaks == "float64_obs"
+    obs = cast.reset(seed=3)
+    assert obs.dtype == torch.float32 and torch.equal(obs, env.reset(seed=3).float())
+    next_obs, *_, info = cast.step(torch.zeros(2, 1))
+    assert next_obs.dtype == info["final_obs"].dtype == torch.float32
+    assert cast.episode_steps is env.pendulum.episode_steps and int(cast.episode_steps[0]) == 1
+    assert as_float32(env, ()) is env  # nothing to cast: the env as it is
+    assert probe(cast, seed=0).float32_fields == {}
+
+
+def test_the_probe_step_changes_nothing_after_a_seeded_reset() -> None:
+    """The trainers probe the evaluation env, which every evaluation reseeds: what it returns then is unchanged."""
+    probed, fresh = envs.make("Pendulum-v1", 3, seed=0), envs.make("Pendulum-v1", 3, seed=0)
+    probe(probed, seed=11)
+    assert torch.equal(probed.reset(seed=5), fresh.reset(seed=5))
+    actions = torch.full((3, 1), 0.5)
+    assert all(torch.equal(a, b) for a, b in zip(probed.step(actions)[:4], fresh.step(actions)[:4], strict=True))
+
+
+class Returns(BreaksContract):
+    """Pendulum-v1 whose step (or reset) returns ``replace(result)`` instead."""
+
+    def __init__(self, replace: Any, at: str = "step") -> None:
+        super().__init__(2, "cpu", 0, None)
+        self.replace, self.at = replace, at
+
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        obs = self.pendulum.reset(seed=seed, env_ids=env_ids)
+        return self.replace(obs) if self.at == "reset" else obs
+
+    def step(self, actions: torch.Tensor) -> envs.base.StepResult:
+        return self.replace(self.pendulum.step(actions))
+
+
+@pytest.mark.parametrize("env, says", [
+    (Returns(lambda s: s[:4]), r"^step returned a tuple of 4; expected a tuple \(obs, reward, terminated, truncated, "
+                               r"info\) .*: return all five, as gymnasium >= 0.26 does"),
+    (Returns(lambda obs: obs.numpy(), at="reset"),
+     r"^reset returned obs as a numpy.ndarray; expected a torch.Tensor, float32 of shape .* return torch.as_tensor"),
+    (Returns(lambda s: (*s[:4], [s[4]["final_obs"]])), r"^step returned info as a list; expected a dict"),
+    (Returns(lambda s: (s[0], s[1], s[2], s[3].long(), s[4])), r"^step returned truncated as int64; expected bool"),
+    (Returns(lambda s: (*s[:4], {**s[4], "final_obs_valid": torch.ones(2)})),
+     r"^step returned info\['final_obs_valid'\] as float32; expected bool .* or info\['final_obs_valid'\] > 0.5"),
+    (Returns(lambda s: (s[0], s[1].to("meta"), *s[2:])),
+     r"^step returned reward on meta; expected float32 of shape \(num_envs,\) = \(2,\) on cpu .*: return it on "
+     r"env.device \(.to\('cpu'\)\)"),
+    (Returns(lambda s: (s[0], s[1].int(), *s[2:])), r"^step returned reward as int32; expected float32 .*: return "
+                                                     r"reward.float\(\)$"),
+])
+def test_the_shape_of_the_call_itself_is_checked_too(env: Returns, says: str) -> None:
+    with pytest.raises(ContractError, match=says):
+        probe(env, seed=0)
+
+
+def test_the_error_survives_pickling_with_its_message() -> None:
+    """A collector process or a Ray actor may send it back to the trainer."""
+    error = ContractError("step", "reward", "of shape (2, 1)", "(2,)", "squeeze it")
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) and again.field == "reward"

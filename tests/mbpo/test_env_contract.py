@@ -1,0 +1,127 @@
+"""A run's env held to the VecEnv contract at start-up, the same on every trainer and backend.
+
+A field that does not fit is one line, ``error: ...``, and exit 2 before any collector starts; a float64
+obs is converted to float32, one ``[mbpo]`` line says so, and the run trains. The env is
+tests/envs/factories.py's ``BreaksContract`` (Pendulum-v1 with one field broken), named by ``env.factory``
+as a user's would be (collector processes and Ray actors import it by that name).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from mbpo import cli
+from mbpo.agents import make_agent
+from mbpo.config import load_config
+from mbpo.runtime.collectors import EnvStepper
+from mbpo.runtime.supervisor import CollectorPool
+from mbpo.trainers import AsyncTrainer
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
+
+FACTORY = ["env.id=Mine", "env.factory=tests.envs.factories:breaks_contract"]
+TINY = ["device=cpu", "progress=false", "total_env_steps=64", "agent.learning_starts=32", "eval_every=64",
+        "eval_episodes=2", "log_every=64", "env.num_envs=2", "agent.batch_size=16", "agent.sac.hidden_sizes=[16,16]",
+        "model.enabled=false", "runtime.num_collectors=1", "runtime.collection_batch_size=16", "checkpoint.every=64"]
+RUNS = {"sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
+        "process": ["trainer=async", "runtime.backend=process"]}
+WHO = "env.factory='tests.envs.factories:breaks_contract'"
+CONTRACT = "(the VecEnv contract, envs/base.py)"
+ERRORS = {
+    "int64_obs": "reset returned obs as int64; expected float32 of shape (num_envs, obs_dim) = (2, 3) on cpu "
+                 f"{CONTRACT}: return obs.float(); a discrete observation (an index) learns better one-hot encoded",
+    "obs_shape": "reset returned obs of shape (2, 2); expected float32 of shape (num_envs, obs_dim) = (2, 3) on cpu "
+                 f"{CONTRACT}: return one row per env, flattened to obs_dim=3 values (from observation_space.shape="
+                 "(3,); fix observation_space if the rows are right)",
+    "float_terminated": "step returned terminated as float32; expected bool of shape (num_envs,) = (2,) on cpu "
+                        f"{CONTRACT}: return a bool tensor: the comparison that decides it, or terminated > 0.5 for "
+                        "0/1 values",
+    "reward_column": "step returned reward of shape (2, 1); expected float32 of shape (num_envs,) = (2,) on cpu "
+                     f"{CONTRACT}: return reward.squeeze(-1) (one value per env, no trailing dimension)",
+    "no_final_obs": "step returned info without 'final_obs' (keys: []); expected info['final_obs'] on every step: "
+                    "float32 of shape (num_envs, obs_dim) = (2, 3) on cpu, each finished env's last observation "
+                    f"before its same-step auto-reset {CONTRACT}: add it (rows of envs that did not finish are not "
+                    "read: obs itself will do for them)",
+}
+CONVERTED = (f"[mbpo] {WHO}: the env returns obs as float64, info['final_obs'] as float64; converting to float32 at "
+             "every reset and step (what the learner computes in; return float32 to save the copy)")
+
+
+@pytest.fixture
+def no_collector_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting the collectors fails the test: the check must come first."""
+    def start(pool: CollectorPool) -> None:
+        raise AssertionError("a collector started before the env was checked")
+
+    monkeypatch.setattr(CollectorPool, "start", start)
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize("breaks", list(ERRORS))
+def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_collector_starts(
+        breaks: str, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
+    code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], f"run_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert (code, error_lines(err)) == (2, [f"error: {WHO}: {ERRORS[breaks]}"]), err[-3000:]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_float64_obs_is_converted_with_one_line_and_the_run_trains(
+        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = f"run_dir={tmp_path / 'r'}"
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=float64_obs", *TINY, *RUNS[run], run_dir])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    assert [line for line in err.splitlines() if "converting" in line] == [CONVERTED]
+    row = json.loads(out.strip().splitlines()[-1])
+    assert row["env_steps"] == 64 and row["updates"] > 0 and row["last_eval_env_steps"] == 64
+
+
+def test_a_collector_casts_what_the_check_found_wherever_it_runs(tmp_path: Path) -> None:
+    """Thread collectors share the trainer's setup; a collector process or Ray actor is sent it in its ChildSpec
+    and steps its env through an EnvStepper built from it, as here.
+    """
+    cfg = load_config(None, [*FACTORY, "env.kwargs.breaks=float64_obs", *TINY, "trainer=async",
+                             "runtime.backend=process", f"run_dir={tmp_path / 'r'}"])
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    try:
+        spec = pickle.loads(pickle.dumps(trainer.pool.collectors[0].spec))  # what the child is sent
+    finally:
+        trainer.close()
+    assert spec.setup.float32_fields == ("obs", "final_obs")
+    policy = make_agent(spec.setup.agent, spec.setup.observation_space, spec.setup.action_space, "cpu", 0)
+    stepper = EnvStepper(0, spec.setup, spec.build_env(), policy, spec.action_seed, lambda: None)
+    data = stepper.collect(0, 3).data
+    assert data["obs"].dtype == data["next_obs"].dtype == torch.float32 and data.shape[0] == 6
+
+
+def test_eval_converts_as_training_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "r"
+    assert cli.main(["train", *FACTORY, "env.kwargs.breaks=float64_obs", *TINY, *RUNS["sync"], f"run_dir={run}"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", str(run / "checkpoints/ckpt_000000000064.pt"), "--episodes", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if "converting" in line] == [CONVERTED]
+    assert json.loads(out.strip().splitlines()[-1])["episodes"] == 2
+
+
+def test_on_ray_too_and_the_line_says_when_the_checked_env_has_another_num_envs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
+    """The evaluation env is the one checked: with eval_episodes != env.num_envs the line says which num_envs."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=reward_column", *TINY, "eval_episodes=1", "trainer=async",
+                     "runtime.backend=ray", f"run_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert (code, error_lines(err)) == (2, [f"error: {WHO} with num_envs=1: step returned reward of shape (1, 1); "
+                                            "expected float32 of shape (num_envs,) = (1,) on cpu (the VecEnv "
+                                            "contract, envs/base.py): return reward.squeeze(-1) (one value per env, "
+                                            "no trailing dimension)"]), err[-3000:]
