@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import platform
 import shutil
 import statistics
 import time
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 import envs
+from mbpo.provenance import machine
 
 COUNTS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
 
@@ -80,13 +80,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    host = machine()
     result: dict[str, object] = {
         "benchmark": "env_throughput",
         "device": args.device,
         "torch_threads": args.threads,
         "torch": torch.__version__,
         "gymnasium": gym.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": host["cpu"],
+        "cpu_flags": host["cpu_flags"],  # the CartPole ratio differs between host kinds (AMX or not)
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     native: dict[str, dict[str, float]] = {}
     for env_id in ("Pendulum-v1", "CartPole-v1"):
