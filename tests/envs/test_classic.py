@@ -194,6 +194,16 @@ def test_bad_actions_get_clear_errors(env_id: str, actions: object, match: str) 
         env.step(actions)
 
 
+def test_finite_actions_whose_sum_overflows_are_accepted() -> None:
+    env = envs.make("Pendulum-v1", 4, seed=0)
+    env.reset()
+    huge = torch.full((4, 1), 3e38)  # finite, but their float32 sum is inf
+    assert not torch.isfinite(huge.sum())
+    env.step(huge)  # clipped to the torque limit like any out-of-range action
+    with pytest.raises(envs.ActionError, match="env 2 is not finite"):
+        env.step(torch.tensor([[3e38], [3e38], [float("inf")], [0.0]]))
+
+
 def test_bad_construction_gets_clear_errors() -> None:
     with pytest.raises(ValueError, match="num_envs must be >= 1, got 0"):
         envs.make("Pendulum-v1", 0)
