@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.classic.core import ClassicTask
+from envs.classic.core import ClassicTask, device_constants
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -20,27 +20,33 @@ FORCE_MAG = 10.0
 TAU = 0.02
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
+RESET_HIGH = 0.05
 
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """Every state variable ~ U(-0.05, 0.05), as gymnasium's reset."""
-    return torch.rand(n, 4, generator=generator, device=device) * 0.1 - 0.05
+    return torch.empty(n, 4, device=device).uniform_(-RESET_HIGH, RESET_HIGH, generator=generator)
 
 
 def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """gymnasium's Euler step, written with few ops: eager CPU cost is per op, not per env."""
-    x_dot, theta, theta_dot = state[:, 1], state[:, 2], state[:, 3]
-    force = action.to(state.dtype).mul_(2 * FORCE_MAG).sub_(FORCE_MAG)  # 1 -> +F, 0 -> -F
-    costheta, sintheta = torch.cos(theta), torch.sin(theta)
-    temp = torch.addcmul(force, theta_dot * theta_dot, sintheta, value=POLEMASS_LENGTH).div_(TOTAL_MASS)
-    # LENGTH * (4/3 - MASSPOLE * cos^2 / TOTAL_MASS), expanded
-    thetaacc = (GRAVITY * sintheta - costheta * temp) / (
-        LENGTH * 4.0 / 3.0 - (LENGTH * MASSPOLE / TOTAL_MASS) * costheta * costheta
+    """gymnasium's Euler step in ~20 ops: at 4,096 envs an eager CPU op costs about its dispatch, so fewer
+    ops (fused multiply-adds, in-place updates of fresh tensors, constants as tensors) is a faster step.
+    """
+    neg_force, gravity, den_base, x_max, theta_max = device_constants(
+        state.device, -FORCE_MAG / TOTAL_MASS, GRAVITY, LENGTH * 4.0 / 3.0, X_THRESHOLD, THETA_THRESHOLD
     )
-    xacc = temp - (POLEMASS_LENGTH / TOTAL_MASS) * thetaacc * costheta
-    derivative = torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=-1)
-    next_state = torch.add(state, derivative, alpha=TAU)
-    terminated = (next_state[:, 0].abs() > X_THRESHOLD) | (next_state[:, 2].abs() > THETA_THRESHOLD)
+    _, x_dot, theta, theta_dot = state.unbind(1)
+    # temp = (force + POLEMASS_LENGTH * theta_dot^2 * sin) / TOTAL_MASS, force = +F for action 1, -F for 0
+    temp = torch.add(neg_force, action, alpha=2 * FORCE_MAG / TOTAL_MASS)
+    sintheta, costheta = torch.sin(theta), torch.cos(theta)
+    temp.addcmul_(theta_dot * theta_dot, sintheta, value=POLEMASS_LENGTH / TOTAL_MASS)
+    # thetaacc = (g sin - cos temp) / (LENGTH * (4/3 - MASSPOLE cos^2 / TOTAL_MASS))
+    thetaacc = torch.mul(sintheta, gravity).addcmul_(costheta, temp, value=-1.0)
+    thetaacc.div_(torch.addcmul(den_base, costheta, costheta, value=-LENGTH * MASSPOLE / TOTAL_MASS))
+    xacc = temp.addcmul_(thetaacc, costheta, value=-POLEMASS_LENGTH / TOTAL_MASS)
+    next_state = torch.add(state, torch.stack((x_dot, xacc, theta_dot, thetaacc), dim=-1), alpha=TAU)
+    x, _, theta, _ = next_state.unbind(1)
+    terminated = (x.abs() > x_max) | (theta.abs() > theta_max)
     return next_state, torch.ones_like(x_dot), terminated
 
 

@@ -243,6 +243,26 @@ def test_compiled_step_matches_eager(env_id: str) -> None:
             torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_step_leaves_the_tensors_it_returned_alone(env_id: str) -> None:
+    """The step updates fresh tensors in place; nothing a caller holds (obs, final_obs, state) changes."""
+    env = envs.make(env_id, 16, seed=0)
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    held = []
+    for _ in range(3):
+        steps = env.episode_steps.clone()  # a new tensor: the held one stays as the step left it
+        steps[:8] = env.max_episode_steps - 1  # half the envs restart on each step
+        env.episode_steps = steps
+        out = env.step(random_actions(env, g))
+        tensors = [*out[:4], out[4]["final_obs"], env.state, env.episode_steps]
+        held.append((tensors, [t.clone() for t in tensors]))
+    assert held[-1][0][3][:8].all()  # the truncations (and resets) did happen
+    for tensors, copies in held:
+        for t, c in zip(tensors, copies, strict=True):
+            assert torch.equal(t, c)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("env_id", sorted(TASKS))
 def test_cuda_env_matches_cpu_and_never_syncs(env_id: str, cuda_device: str) -> None:
