@@ -94,9 +94,7 @@ class ClassicVecEnv(VecEnv):
         self._state: torch.Tensor | None = None
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self.sync_free = self.device.type == "cuda" if sync_free is None else bool(sync_free)
-        self._physics = _physics_of(task)
-        if compile:
-            self._physics = _compile(self._physics)
+        self._physics = _compile(task, self.device) if compile else _physics_of(task)
 
     # -- state -----------------------------------------------------------------
     @property
@@ -191,30 +189,48 @@ def _nonzero(mask: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.flatnonzero(flags))
 
 
-def _physics_of(task: ClassicTask) -> Callable:
+def _physics_of(task: ClassicTask, float_terminated: bool = False) -> Callable:
     """``(state, action) -> (next_state, reward, terminated, obs)``: the pure part worth compiling.
 
     Counters and resets stay outside: compiling them too made the fused step
     slower (more outputs, int64 counters) than compiling the physics alone.
+    ``float_terminated`` hands ``terminated`` back as 0/1 floats (see :func:`_compile`).
     """
 
     def physics(state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         next_state, reward, terminated = task.dynamics(state, actions)
+        if float_terminated:
+            terminated = torch.where(terminated, 1.0, 0.0)
         return next_state, reward, terminated, task.observe(next_state)
 
     return physics
 
 
-def _compile(fn: Callable) -> Callable:
-    """``torch.compile`` the step, or explain why this platform cannot."""
+def _compile(task: ClassicTask, device: torch.device) -> Callable:
+    """``torch.compile`` the physics, or explain why this platform cannot.
+
+    On CPU inductor's kernel is only vectorized with two changes: its tiling
+    heuristic would fall back to scalar code for the strided columns of an
+    ``(n, k)`` state, so it is off; and it stores bool vectors slowly, so
+    ``terminated`` leaves the kernel as 0/1 floats and becomes bool outside.
+    """
     import shutil
 
+    if device.type == "cuda":
+        return torch.compile(_physics_of(task), dynamic=False, fullgraph=True)
     if shutil.which("cc") is None and shutil.which("gcc") is None and shutil.which("g++") is None:
         raise RuntimeError(
             "compile=True needs a C/C++ compiler for torch.compile on CPU and none was found; "
             "install one (e.g. apt-get install g++) or use compile=False"
         )
-    return torch.compile(fn, dynamic=False, fullgraph=True)
+    kernel = torch.compile(_physics_of(task, float_terminated=True), dynamic=False, fullgraph=True,
+                           options={"cpp.enable_tiling_heuristics": False})
+
+    def physics(state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        next_state, reward, terminated, obs = kernel(state, actions)
+        return next_state, reward, terminated.bool(), obs
+
+    return physics
 
 
 _CONSTANTS: dict[tuple[torch.device, tuple[float, ...]], tuple[torch.Tensor, ...]] = {}

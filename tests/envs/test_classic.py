@@ -46,10 +46,10 @@ def gym_step(gym_env: gym.Env, state: np.ndarray, action: np.ndarray | int) -> t
     return unwrapped.step(action)
 
 
-@pytest.mark.parametrize("env_id", sorted(TASKS))
-def test_matches_gymnasium_step_by_step(env_id: str) -> None:
+def check_against_gymnasium(env_id: str, **kwargs: object) -> None:
+    """Random states and actions, one step each: obs, reward and termination as gymnasium's to 1e-5."""
     g = torch.Generator().manual_seed(0)
-    env = envs.make(env_id, N, seed=0)
+    env = envs.make(env_id, N, seed=0, **kwargs)
     env.reset()
     ref = gym.make(env_id)
     ref.reset(seed=0)
@@ -66,6 +66,11 @@ def test_matches_gymnasium_step_by_step(env_id: str) -> None:
             assert reward[i].item() == pytest.approx(rew_ref, rel=rtol, abs=atol)
             assert bool(terminated[i]) == term_ref
         assert not truncated.any()
+
+
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_matches_gymnasium_step_by_step(env_id: str) -> None:
+    check_against_gymnasium(env_id)
 
 
 @pytest.mark.parametrize("env_id", sorted(TASKS))
@@ -226,10 +231,13 @@ def test_list_envs() -> None:
     assert "HalfCheetah-v5" in envs.list_envs(include_gymnasium=True)
 
 
+needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "g++")),
+                                    reason="torch.compile on CPU needs a C/C++ compiler; compile=True is optional")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "g++")),
-                    reason="torch.compile on CPU needs a C/C++ compiler; compile=True is optional")
+@needs_compiler
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_compiled_step_matches_eager(env_id: str) -> None:
     eager = envs.make(env_id, 32, seed=5)
@@ -237,10 +245,22 @@ def test_compiled_step_matches_eager(env_id: str) -> None:
     eager.reset()
     compiled.reset()
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    for _ in range(50):
-        a, b = eager.step(random_actions(eager, g1)), compiled.step(random_actions(compiled, g2))
-        for x, y in zip(a[:4], b[:4], strict=True):  # fused kernels may reorder float ops
-            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+    compiled.step(random_actions(compiled, g2))
+    eager.step(random_actions(eager, g1))
+    with torch._dynamo.config.patch(error_on_recompile=True):  # one compile per env, not one per step
+        for _ in range(50):
+            a, b = eager.step(random_actions(eager, g1)), compiled.step(random_actions(compiled, g2))
+            for x, y in zip(a[:4], b[:4], strict=True):  # fused kernels may reorder float ops
+                torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+    assert b[2].dtype == torch.bool  # terminated leaves the CPU kernel as floats (see _compile)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@needs_compiler
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_compiled_step_matches_gymnasium(env_id: str) -> None:
+    check_against_gymnasium(env_id, compile=True)
 
 
 @pytest.mark.parametrize("env_id", sorted(TASKS))
