@@ -43,7 +43,7 @@ DELAY_S = 0.005
 
 def train(trainer: str, overrides: list[str], env_factory: Any = None) -> dict[str, Any]:
     from mbpo.config import load_config
-    from mbpo.metrics import read_metrics
+    from mbpo.metrics import eval_curve
     from mbpo.trainers import AsyncTrainer, SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
@@ -56,8 +56,7 @@ def train(trainer: str, overrides: list[str], env_factory: Any = None) -> dict[s
             t = SyncTrainer(cfg, run_dir)
         row = t.run()
         wall = time.perf_counter() - start
-        evals = [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
-                 if r["eval_return"]]
+        evals = eval_curve(f"{run_dir}/metrics.csv")
     return {"wall_s": round(wall, 2), "updates": row["updates"], "env_steps": row["env_steps"],
             "final_eval_return": round(row["eval_return"], 1) if row.get("eval_return") is not None else None,
             "learner_busy": row.get("learner_busy"), "model_busy": row.get("model_busy"), "evals": evals}

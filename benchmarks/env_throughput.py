@@ -66,6 +66,30 @@ def gym_stepper(env_id: str, num_envs: int, mode: str) -> Callable[[], object]:
     return lambda: venv.step(actions)
 
 
+def eager_pairs(device: str) -> dict[str, tuple[Callable[[], object], int, Callable[[], object], int]]:
+    """The two head-to-head pairs the targets are about: (ours, its envs, peer, its envs) by name."""
+    return {
+        "pendulum_4096_vs_gym_sync_64": (
+            native_stepper("Pendulum-v1", 4096, device), 4096, gym_stepper("Pendulum-v1", 64, "sync"), 64
+        ),
+        "cartpole_4096_vs_gym_numpy_4096": (
+            native_stepper("CartPole-v1", 4096, device), 4096,
+            gym_stepper("CartPole-v1", 4096, "vector_entry_point"), 4096,
+        ),
+    }
+
+
+def head_to_head(ours: Callable[[], object], n_ours: int, peer: Callable[[], object], n_peer: int, repeats: int,
+                 min_time: float) -> dict[str, float]:
+    """Ours and the peer measured in turn, ``repeats`` times; medians of each rate and of the ratios."""
+    rates = [(steps_per_s(ours, n_ours, min_time), steps_per_s(peer, n_peer, min_time)) for _ in range(repeats)]
+    return {
+        "ours_steps_per_s": round(statistics.median(r[0] for r in rates)),
+        "peer_steps_per_s": round(statistics.median(r[1] for r in rates)),
+        "ratio": round(statistics.median(r[0] / r[1] for r in rates), 2),
+    }
+
+
 def median_rate(make: Callable[[], Callable[[], object]], num_envs: int, repeats: int, min_time: float) -> float:
     step = make()
     return statistics.median(steps_per_s(step, num_envs, min_time) for _ in range(repeats))
@@ -101,15 +125,7 @@ def main() -> None:
     result["native_steps_per_s"] = native
 
     # Head-to-head pairs, interleaved repeat by repeat.
-    pairs = {
-        "pendulum_4096_vs_gym_sync_64": (
-            native_stepper("Pendulum-v1", 4096, args.device), 4096, gym_stepper("Pendulum-v1", 64, "sync"), 64
-        ),
-        "cartpole_4096_vs_gym_numpy_4096": (
-            native_stepper("CartPole-v1", 4096, args.device), 4096,
-            gym_stepper("CartPole-v1", 4096, "vector_entry_point"), 4096,
-        ),
-    }
+    pairs = eager_pairs(args.device)
     compiler = shutil.which("g++") or shutil.which("cc")
     if not args.no_compile and (compiler or args.device.startswith("cuda")):
         compiled, compile_s = {}, {}
@@ -125,20 +141,12 @@ def main() -> None:
         pairs["pendulum_compiled_4096_vs_gym_sync_64"] = (
             compiled["Pendulum-v1"], 4096, pairs["pendulum_4096_vs_gym_sync_64"][2], 64,
         )
-    head_to_head = {}
-    for name, (ours, n_ours, peer, n_peer) in pairs.items():
-        rates = [(steps_per_s(ours, n_ours, args.min_time), steps_per_s(peer, n_peer, args.min_time))
-                 for _ in range(args.repeats)]
-        head_to_head[name] = {
-            "ours_steps_per_s": round(statistics.median(r[0] for r in rates)),
-            "peer_steps_per_s": round(statistics.median(r[1] for r in rates)),
-            "ratio": round(statistics.median(r[0] / r[1] for r in rates), 2),
-        }
-    result["head_to_head"] = head_to_head
+    pairs_measured = {name: head_to_head(*pair, args.repeats, args.min_time) for name, pair in pairs.items()}
+    result["head_to_head"] = pairs_measured
     result["targets"] = {
-        "pendulum_4096_at_least_300x_sync_64": head_to_head["pendulum_4096_vs_gym_sync_64"]["ratio"] >= 300,
+        "pendulum_4096_at_least_300x_sync_64": pairs_measured["pendulum_4096_vs_gym_sync_64"]["ratio"] >= 300,
         "cartpole_4096_at_least_1x_numpy_4096": max(
-            v["ratio"] for k, v in head_to_head.items() if k.startswith("cartpole")
+            v["ratio"] for k, v in pairs_measured.items() if k.startswith("cartpole")
         ) >= 1.0,
     }
     print(json.dumps(result))

@@ -20,7 +20,7 @@ import torch
 
 from mbpo.config import load_config
 from mbpo.logs import quiet_torchrl
-from mbpo.metrics import read_metrics
+from mbpo.metrics import eval_curve
 from mbpo.trainers import SyncTrainer
 
 TASKS = {
@@ -41,8 +41,7 @@ def run_seed(task: dict[str, Any], seed: int, extra: list[str]) -> dict[str, Any
         start = time.perf_counter()
         SyncTrainer(config, run_dir).run()
         wall = time.perf_counter() - start
-        evals = [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
-                 if r["eval_return"]]
+        evals = eval_curve(f"{run_dir}/metrics.csv")
     reached = next((step for step, ret in evals if ret >= task["target"]), None)
     return {"seed": seed, "env_steps_to_target": reached, "final_eval_return": round(evals[-1][1], 1),
             "best_eval_return": round(max(r for _, r in evals), 1), "wall_s": round(wall, 1)}

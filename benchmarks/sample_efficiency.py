@@ -52,20 +52,25 @@ CARTPOLE = {"mbpo_dqn": ("configs/cartpole_mbpo.yaml", 15_000), "dqn": ("configs
 CARTPOLE_TARGET, CARTPOLE_EVAL_EVERY, CARTPOLE_EVAL_EPISODES = 475.0, 500, 10
 
 
-def steps_to_threshold(evals: list[tuple[int, float]]) -> int | None:
-    """First eval step after which every eval (itself included) is at or above the threshold."""
+def steps_to_threshold(evals: list[tuple[int, float]], threshold: float = THRESHOLD) -> int | None:
+    """First eval step after which every eval (itself included) is at or above ``threshold``."""
     reached = None
     for step, ret in evals:
-        if ret >= THRESHOLD:
+        if ret >= threshold:
             reached = step if reached is None else reached
         else:
             reached = None
     return reached
 
 
+def first_reaching(evals: list[tuple[int, float]], target: float = CARTPOLE_TARGET) -> int | None:
+    """First eval step at or above ``target`` (what happens after it does not count)."""
+    return next((step for step, ret in evals if ret >= target), None)
+
+
 def run_ours(variant: str, seed: int) -> list[tuple[int, float]]:
     from mbpo.config import load_config
-    from mbpo.metrics import read_metrics
+    from mbpo.metrics import eval_curve
     from mbpo.trainers import SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
@@ -75,8 +80,7 @@ def run_ours(variant: str, seed: int) -> list[tuple[int, float]]:
             f"checkpoint.every={BUDGETS[variant]}", *OVERRIDES[variant],
         ])
         SyncTrainer(config, run_dir).run()
-        return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
-                if r["eval_return"]]
+        return eval_curve(f"{run_dir}/metrics.csv")
 
 
 def run_sb3(seed: int) -> list[tuple[int, float]]:
@@ -109,7 +113,7 @@ def run_sb3(seed: int) -> list[tuple[int, float]]:
 
 def run_cartpole(variant: str, seed: int) -> list[tuple[int, float]]:
     from mbpo.config import load_config
-    from mbpo.metrics import read_metrics
+    from mbpo.metrics import eval_curve
     from mbpo.trainers import SyncTrainer
 
     path, budget = CARTPOLE[variant]
@@ -120,8 +124,7 @@ def run_cartpole(variant: str, seed: int) -> list[tuple[int, float]]:
             f"checkpoint.every={budget}",
         ])
         SyncTrainer(config, run_dir).run()
-        return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(f"{run_dir}/metrics.csv")
-                if r["eval_return"]]
+        return eval_curve(f"{run_dir}/metrics.csv")
 
 
 def job(args: tuple[str, int]) -> dict[str, Any]:
@@ -133,7 +136,7 @@ def job(args: tuple[str, int]) -> dict[str, Any]:
     start = time.perf_counter()
     if variant in CARTPOLE:
         evals = run_cartpole(variant, seed)
-        reached = next((step for step, ret in evals if ret >= CARTPOLE_TARGET), None)
+        reached = first_reaching(evals)
         return {"variant": variant, "seed": seed, "env_steps_to_475": reached,
                 "final_eval_return": round(evals[-1][1], 1), "wall_s": round(time.perf_counter() - start, 1),
                 "evals": [(s, round(r, 1)) for s, r in evals]}

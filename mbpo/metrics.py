@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-__all__ = ["MetricsLogger", "BASE_COLUMNS", "read_metrics"]
+__all__ = ["MetricsLogger", "BASE_COLUMNS", "read_metrics", "eval_curve"]
 
 BASE_COLUMNS = ["env_steps", "updates", "wall_s", "train_return", "eval_return"]
 
@@ -25,6 +25,11 @@ BASE_COLUMNS = ["env_steps", "updates", "wall_s", "train_return", "eval_return"]
 def read_metrics(path: str | Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def eval_curve(path: str | Path) -> list[tuple[int, float]]:
+    """``(env_steps, eval_return)`` of every evaluated row of a metrics.csv, in order."""
+    return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(path) if r["eval_return"]]
 
 
 class MetricsLogger:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import envs
 import mbpo.config.validation as config_module
+from mbpo.agents import make_agent
 from mbpo.config import Config, ConfigError, describe, load_config, to_yaml
 
 pytestmark = pytest.mark.timeout(30)
@@ -248,3 +250,15 @@ def test_a_mapping_key_is_cleared_from_the_command_line(tmp_path: Path, clear: s
     assert load_config(tmp_path / "c.yaml", [clear, "env.kwargs.dim=4"]).env.kwargs == {"dim": 4}
     with pytest.raises(ConfigError, match="env.num_envs"):  # a scalar key is not cleared: null is still refused
         load_config(None, ["env.num_envs=null"])
+
+
+def test_the_default_pendulum_config_keeps_layer_norm_in_its_critics() -> None:
+    """configs/pendulum_mbpo.yaml's headline (sync, seeds 0-2: a 50-episode evaluation at -200 or better from 800
+    env steps on; benchmarks/headlines.py) needs LayerNorm in its critics: without it seeds 0 and 1 held -200 only
+    from 1,000 and 1,600 env steps (docs/notes/pendulum-default-800.md).
+    """
+    cfg = load_config(CONFIGS / "pendulum_mbpo.yaml")
+    env = envs.make(cfg.env.id, 1, seed=0)
+    agent = make_agent(cfg.agent, env.observation_space, env.action_space, "cpu", seed=0)
+    assert cfg.agent.sac.layer_norm and len(agent.critic.norm_scale) == len(cfg.agent.sac.hidden_sizes) == 2
+    assert (cfg.agent.utd_ratio, cfg.agent.learning_starts, cfg.model.rollout_schedule) == (20, 200, [0, 4, 1, 15])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mbpo.metrics import BASE_COLUMNS, MetricsLogger, read_metrics
+from mbpo.metrics import BASE_COLUMNS, MetricsLogger, eval_curve, read_metrics
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,6 +22,15 @@ def test_columns_and_empty_cells(tmp_path: Path) -> None:
     assert header[:5] == BASE_COLUMNS and header[5] == "loss_critic"
     assert rows[0]["eval_return"] == "" and rows[0]["loss_critic"] == ""
     assert rows[1]["eval_return"] == "" and rows[1]["loss_critic"] == "1.5"
+
+
+def test_eval_curve_is_the_evaluated_rows_in_order(tmp_path: Path) -> None:
+    """What the benchmarks score: (env_steps, eval_return) of each row with an evaluation, none of the others."""
+    log = MetricsLogger(tmp_path, 100, progress=False)
+    for step, ret in ((10, -900.5), (15, None), (20, float("nan")), (30, -150.0)):
+        log.log({"env_steps": step, "updates": step, "eval_return": ret})
+    log.close()
+    assert eval_curve(tmp_path / "metrics.csv") == [(10, -900.5), (30, -150.0)]
 
 
 def test_resume_drops_rows_after_the_checkpoint(tmp_path: Path) -> None:
