@@ -28,6 +28,8 @@ stage() {
 }
 stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" check mbpo envs tests benchmarks examples
 stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
+stage Imports "lint-imports (the architecture's import rules, [tool.importlinter] in pyproject.toml)" \
+  "$VENV/bin/lint-imports" --no-cache
 "$VENV/bin/python" -m mbpo.smoke
 [[ $smoke_only == 1 ]] && exit 0
 if (( ${#pytest_args[@]} )); then

@@ -35,7 +35,7 @@ import torch
 
 import envs
 from envs.faults import FaultyEnv
-from mbpo.logs import quiet_torchrl
+from mbpo.run.logs import quiet_torchrl
 
 CONFIG = "configs/pendulum_mbpo.yaml"
 DELAY_S = 0.005
@@ -43,7 +43,7 @@ DELAY_S = 0.005
 
 def train(trainer: str, overrides: list[str], env_factory: Any = None) -> dict[str, Any]:
     from mbpo.config import load_config
-    from mbpo.metrics import eval_curve
+    from mbpo.run.metrics import eval_curve
     from mbpo.trainers import AsyncTrainer, SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:

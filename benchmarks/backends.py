@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 from envs.faults import FaultyFactory
-from mbpo.logs import quiet_torchrl
+from mbpo.run.logs import quiet_torchrl
 
 BACKENDS = ("thread", "process", "ray")
 BUSY_S = 0.005
@@ -50,7 +50,7 @@ ENVS: dict[str, dict[str, Any]] = {
 
 def run(overrides: list[str], config: str | None = None, env_factory: Any = None) -> tuple[dict[str, Any], list]:
     from mbpo.config import load_config
-    from mbpo.metrics import read_metrics
+    from mbpo.run.metrics import read_metrics
     from mbpo.trainers import AsyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:

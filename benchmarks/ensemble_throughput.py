@@ -36,9 +36,9 @@ import numpy as np
 import torch
 
 from mbpo.config import ModelConfig
-from mbpo.logs import quiet_torchrl
+from mbpo.device.precision import bf16_autocast_supported
 from mbpo.models import DynamicsEnsemble, train_epoch
-from mbpo.precision import bf16_autocast_supported
+from mbpo.run.logs import quiet_torchrl
 
 OBS_DIM, ACT_DIM = 17, 6
 TARGET_FRACTION = 0.5

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import envs
-from mbpo.provenance import machine
+from mbpo.run.provenance import machine
 
 COUNTS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
 

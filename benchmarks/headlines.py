@@ -14,7 +14,7 @@ trainer's rule), so that no headline moves silently. Rows (``--only`` picks some
 
 Each row in the JSON file holds its command, its figures and its noise band. The sync trainer is
 deterministic on one kind of CPU, so on the CPU the figures were stored from (same model name and flags,
-:func:`mbpo.provenance.machine`) steps to threshold must match seed by seed; on another CPU a run can take
+:func:`mbpo.run.provenance.machine`) steps to threshold must match seed by seed; on another CPU a run can take
 another path, and only the median is compared, within the band. Throughput ratios are noisy on any CPU: a
 relative band. Prints one JSON line (what was measured, what was stored, and ``moved``: every figure
 outside its band) and exits 1 if anything moved, 2 if a run failed, else 0. A move made on purpose: store
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sample_efficiency import first_reaching, steps_to_threshold
 
-from mbpo.metrics import eval_curve
+from mbpo.run.metrics import eval_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "results" / "headlines.json"
@@ -148,7 +148,7 @@ def main() -> int:
     parser.add_argument("--stored", type=Path, default=STORED, help="the stored figures")
     parser.add_argument("--update", action="store_true", help="store the measured figures (a move made on purpose)")
     args = parser.parse_args()
-    from mbpo.provenance import code_version, machine
+    from mbpo.run.provenance import code_version, machine
 
     stored = json.loads(args.stored.read_text())
     names = args.only or list(stored["rows"])

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from locomotion import export, machine  # noqa: E402 (after the path: run as a script from anywhere)
 
-from mbpo.checkpoint import list_checkpoints  # noqa: E402
+from mbpo.run.checkpoint import list_checkpoints  # noqa: E402
 
 CONFIG = ROOT / "configs" / "inverted_pendulum_mbpo.yaml"
 VARIANTS = {"mbpo": [], "sac_same_ratio": ["model.enabled=false"],

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from mbpo.config import load_config
-from mbpo.logs import quiet_torchrl
-from mbpo.metrics import eval_curve
+from mbpo.run.logs import quiet_torchrl
+from mbpo.run.metrics import eval_curve
 from mbpo.trainers import SyncTrainer
 
 TASKS = {

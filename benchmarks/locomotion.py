@@ -1,7 +1,7 @@
 """MuJoCo Hopper-v5 and Walker2d-v5: MBPO-SAC against SAC at the same 20 updates per step and Stable-Baselines3 SAC.
 
 One invocation runs (or picks up) every requested learner and seed on this machine, prints one JSON line and
-draws the learning curves (median and range over seeds, through ``mbpo plot``'s :func:`mbpo.plotting.plot_runs`)
+draws the learning curves (median and range over seeds, through ``mbpo plot``'s :func:`mbpo.run.plotting.plot_runs`)
 and the MBPO runs' model-health chart. Every learner is evaluated every 2,500 env steps on 10 deterministic
 episodes; env steps count the 5,000 random steps, as the MBPO authors' own curves do (their x runs 6,019,
 7,019, ...: jannerm/mbpo's ``sampler/total-samples``), which are drawn beside ours from
@@ -89,7 +89,7 @@ def machine() -> dict[str, Any]:
     """What a figure was measured on: CPU model and the flags that decide precision, cores, torch."""
     import torch
 
-    from mbpo.provenance import machine as this_machine
+    from mbpo.run.provenance import machine as this_machine
 
     return {**this_machine(), "torch": torch.__version__}
 
@@ -100,8 +100,8 @@ def run_dir_of(root: Path, env: str, learner: str, seed: int) -> Path:
 
 def run_ours(env: str, learner: str, seed: int, run_dir: Path, steps: int = STEPS) -> None:
     """Train, or resume an interrupted run; a finished run is left as it is."""
-    from mbpo.checkpoint import list_checkpoints
     from mbpo.config import load_config
+    from mbpo.run.checkpoint import list_checkpoints
     from mbpo.trainers import RunAlreadyDone, make_trainer, resume_trainer
 
     if _done(run_dir):
@@ -133,8 +133,8 @@ def run_sb3(env: str, seed: int, run_dir: Path) -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from mbpo.metrics import MetricsLogger
-    from mbpo.seeding import derive
+    from mbpo.config.seeding import derive
+    from mbpo.run.metrics import MetricsLogger
 
     if _done(run_dir):
         return
@@ -163,7 +163,7 @@ def _write_run_json(run_dir: Path, learner: str, seed: int, seconds: float) -> N
     """Mark a finished run in its run.json, keeping what the trainer recorded there (identity, provenance);
     an SB3 run, which has no trainer of ours, records its own provenance with SB3's version.
     """
-    from mbpo.provenance import provenance
+    from mbpo.run.provenance import provenance
 
     path = run_dir / "run.json"
     try:
@@ -212,8 +212,8 @@ def last_evals_mean(evals: dict[int, float]) -> float | None:
 
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
-    from mbpo.metrics import read_metrics
-    from mbpo.throughput import steady_rate
+    from mbpo.run.metrics import read_metrics
+    from mbpo.run.throughput import steady_rate
 
     runs = []
     for run_dir in run_dirs:
@@ -226,7 +226,7 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
             "done": _done(run_dir), "returns": returns_at(evals),
             "score": last_evals_mean(evals), "cpu_flags": _cpu_flags(run_dir),
-            # steady state (no start-up: mbpo.throughput.steady_rate) and the whole run's average beside it
+            # steady state (no start-up: mbpo.run.throughput.steady_rate) and the whole run's average beside it
             "env_steps_per_s": _round(steady_rate(rows)),
             "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
             "learner_busy": _median(rows, "learner_busy"), "model_busy": _median(rows, "model_busy"),
@@ -286,7 +286,7 @@ def published_curves(env_id: str) -> dict[str, Any]:
 
 def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None,
          published: dict[str, Any] | None = None) -> Path:
-    from mbpo.plotting import _pyplot, curves
+    from mbpo.run.plotting import _pyplot, curves
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.4))
@@ -320,7 +320,7 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dic
     """The JSON line: every learner's runs and median score, the compute cost of each against today's MBPO, the
     published curves' figures at 30k, the targets; and the charts.
     """
-    from mbpo.plotting import plot_model_health
+    from mbpo.run.plotting import plot_model_health
 
     dirs = {learner: [run_dir_of(root, env, learner, s) for s in seeds] for learner in LEARNERS}
     result: dict[str, Any] = {"benchmark": "locomotion", "env": ENVS[env], "env_steps": STEPS,
@@ -414,7 +414,7 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=STEPS,
                         help="run length (a screening run is shorter; the report's figures are at 30,000)")
     args = parser.parse_args()
-    from mbpo.logs import quiet_torchrl
+    from mbpo.run.logs import quiet_torchrl
 
     quiet_torchrl()
     root = args.run_root.expanduser()

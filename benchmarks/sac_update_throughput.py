@@ -43,10 +43,10 @@ import torch
 from torch import nn
 
 from mbpo.agents.sac import SAC
-from mbpo.buffers import make_replay_buffer, transitions
 from mbpo.config import SACConfig
-from mbpo.logs import quiet_torchrl
-from mbpo.precision import bf16_autocast_supported
+from mbpo.data.replay import make_replay_buffer, transitions
+from mbpo.device.precision import bf16_autocast_supported
+from mbpo.run.logs import quiet_torchrl
 
 LARGE_BATCH_SIZES = ("halfcheetah",)
 """Shapes measured at batch sizes above 256 (one is enough to see how the update scales)."""

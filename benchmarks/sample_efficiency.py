@@ -36,7 +36,7 @@ import tempfile
 import time
 from typing import Any
 
-from mbpo.logs import quiet_torchrl
+from mbpo.run.logs import quiet_torchrl
 
 THRESHOLD = -200.0
 EVAL_EVERY = 200
@@ -70,7 +70,7 @@ def first_reaching(evals: list[tuple[int, float]], target: float = CARTPOLE_TARG
 
 def run_ours(variant: str, seed: int) -> list[tuple[int, float]]:
     from mbpo.config import load_config
-    from mbpo.metrics import eval_curve
+    from mbpo.run.metrics import eval_curve
     from mbpo.trainers import SyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:
@@ -113,7 +113,7 @@ def run_sb3(seed: int) -> list[tuple[int, float]]:
 
 def run_cartpole(variant: str, seed: int) -> list[tuple[int, float]]:
     from mbpo.config import load_config
-    from mbpo.metrics import eval_curve
+    from mbpo.run.metrics import eval_curve
     from mbpo.trainers import SyncTrainer
 
     path, budget = CARTPOLE[variant]

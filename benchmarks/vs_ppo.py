@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 import envs  # noqa: E402
 from envs.adapters.rsl_rl_export import ppo_train_cfg  # noqa: E402
 from mbpo.agents.base import Agent  # noqa: E402
-from mbpo.evaluation import evaluate  # noqa: E402
+from mbpo.run.evaluation import evaluate  # noqa: E402
 
 EVAL_EPISODES = 50
 
@@ -126,7 +126,7 @@ class _Timed:
 
 
 class _PPOActor:
-    """rsl_rl's deterministic policy behind our ``act(obs, explore)``, for mbpo.evaluation.evaluate."""
+    """rsl_rl's deterministic policy behind our ``act(obs, explore)``, for mbpo.run.evaluation.evaluate."""
 
     def __init__(self, runner: Any, env: envs.VecEnv) -> None:
         from tensordict import TensorDict

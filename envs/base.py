@@ -37,14 +37,21 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "check_actions",
-           "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
+__all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "UnknownEnvError",
+           "check_actions", "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
 class ActionError(ValueError):
     """Actions handed to ``step`` do not match the env's action contract."""
+
+
+class UnknownEnvError(KeyError):
+    """No native env, no mjlab task and no gymnasium registration has this id."""
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes
+        return str(self.args[0])
 
 
 class MissingExtraError(ImportError):

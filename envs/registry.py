@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from envs.base import EnvTooLargeError, VecEnv, available_memory, check_num_envs
+from envs.base import EnvTooLargeError, UnknownEnvError, VecEnv, available_memory, check_num_envs
 from envs.classic import TASKS, TOY_TASKS, ClassicVecEnv
 from envs.device import resolve_device
 
@@ -17,13 +17,6 @@ __all__ = ["make", "list_envs", "UnknownEnvError", "SOURCES"]
 SOURCES = ("auto", "native", "gymnasium")
 """Which implementation ``make`` builds: ``auto`` (native if there is one), only ``native``, or only
 ``gymnasium``'s (e.g. CPU-bound ``CartPole-v1`` for the process backend, although a native one exists)."""
-
-
-class UnknownEnvError(KeyError):
-    """No native env and no gymnasium registration has this id."""
-
-    def __str__(self) -> str:  # KeyError would print the message with quotes
-        return str(self.args[0])
 
 
 def list_envs(include_gymnasium: bool = False, include_toy: bool = False) -> list[str]:

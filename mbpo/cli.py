@@ -28,11 +28,11 @@ import torch
 
 import envs
 from envs import random_actions
-from mbpo.checkpoint import list_checkpoints
 from mbpo.config import describe, load_config
 from mbpo.errors import MbpoError
-from mbpo.logs import quiet_torchrl
-from mbpo.run_dir import RunLock, remove_if_never_started, safe_name
+from mbpo.run.checkpoint import list_checkpoints
+from mbpo.run.logs import quiet_torchrl
+from mbpo.run.run_dir import RunLock, remove_if_never_started, safe_name
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
@@ -79,8 +79,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
     """A short human summary, then the last metrics row as one JSON line (scripts read the last line)."""
-    from mbpo.metrics import read_metrics
-    from mbpo.throughput import interval_rates, steady_rate
+    from mbpo.run.metrics import read_metrics
+    from mbpo.run.throughput import interval_rates, steady_rate
 
     last = {"last_eval_return": trainer.last_eval_return, "last_eval_env_steps": trainer.last_eval_env_steps}
     minutes, seconds = divmod(int(round(trainer.wall_s)), 60)
@@ -99,7 +99,7 @@ def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from mbpo.metrics import MetricsLogger
+    from mbpo.run.metrics import MetricsLogger
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
     if not Path(args.run_dir).is_dir():  # checked before the lock, which would create it
@@ -125,11 +125,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.agents import acting_config, make_agent
-    from mbpo.checkpoint import load_checkpoint
     from mbpo.config import config_from_yaml
-    from mbpo.devices import DevicePlan
-    from mbpo.env_builder import build_env, check_env
-    from mbpo.evaluation import evaluate
+    from mbpo.device.plan import DevicePlan
+    from mbpo.run.checkpoint import load_checkpoint
+    from mbpo.run.evaluation import evaluate
+    from mbpo.runtime.env_builder import build_env, check_env
 
     if args.episodes < 1:
         raise MbpoError(f"--episodes {args.episodes} is not allowed; expected at least 1 (one env per episode)")
@@ -148,7 +148,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from mbpo.plotting import plot_model_health, plot_runs
+    from mbpo.run.plotting import plot_model_health, plot_runs
 
     png = plot_runs(args.run_dirs, args.out, args.x)
     print(png)

@@ -25,7 +25,7 @@ import torch
 import envs
 from envs import random_actions
 from envs.contract import check_reset, check_step
-from mbpo.logs import quiet_torchrl
+from mbpo.run.logs import quiet_torchrl
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -75,8 +75,8 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
     import threading
 
     from mbpo.agents import make_agent
-    from mbpo.config import AgentConfig
-    from mbpo.runtime.backends.thread import ThreadCollector
+    from mbpo.config import AgentConfig, EnvConfig, RayConfig
+    from mbpo.runtime.backends import make_backend
     from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
     from mbpo.runtime.gate import RatioGate
     from mbpo.runtime.queue import TransitionQueue
@@ -94,9 +94,12 @@ def stage_async_collection(ctx: SmokeContext, steps: int = 300, num_collectors: 
                      min_lead=32)
     setup = CollectorSetup(agent_cfg, env.observation_space, env.action_space, n, vector_steps_per_batch=32 // n,
                            learning_starts=total // 2)
-    collectors = [ThreadCollector(i, 0, setup, envs.make(env.spec_id or "", n, device=env.device, seed=10 + i),
-                                  queue, weights, gate, seed=i, make_agent=make_agent)
-                  for i in range(num_collectors)]
+    backend = make_backend("thread", setup, queue, weights, gate, num_collectors=num_collectors,
+                           env=EnvConfig(id=env.spec_id or ""), env_device=str(env.device),
+                           env_seed=lambda cid, _: 10 + cid, action_seed=lambda cid, _: cid,
+                           thread_env=lambda cid, _: envs.make(env.spec_id or "", n, device=env.device, seed=10 + cid),
+                           template_snapshot=learner.snapshot, ray=RayConfig())
+    collectors = [backend.make_collector(i, 0) for i in range(num_collectors)]
     start = time.perf_counter()
     for c in collectors:
         c.start()
@@ -154,7 +157,7 @@ def stage_dynamics(ctx: SmokeContext) -> None:
 
 
 def stage_rollout(ctx: SmokeContext) -> None:
-    from mbpo.rollouts import branched_rollouts, obs_limit_from
+    from mbpo.model_based.rollouts import branched_rollouts, obs_limit_from
 
     env, data, ensemble = ctx.env, ctx.data["transitions"], ctx.data["ensemble"]
     gen = torch.Generator(device=env.device).manual_seed(3)
@@ -194,7 +197,7 @@ POINT_MASS_MBPO = [
 
 def stage_training(ctx: SmokeContext) -> None:
     from mbpo.config import load_config
-    from mbpo.metrics import read_metrics
+    from mbpo.run.metrics import read_metrics
     from mbpo.trainers import AsyncTrainer
 
     with tempfile.TemporaryDirectory() as run_dir:

@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDict
 
 from envs.adapters.rsl_rl import RslRlVecEnv, from_rsl_rl
-from envs.base import MissingExtraError
+from envs.base import MissingExtraError, UnknownEnvError
 
 __all__ = ["make_mjlab"]
 
@@ -87,8 +87,6 @@ def make_mjlab(
     fields of the task's ``ManagerBasedRlEnvCfg``, e.g. ``episode_length_s=1.0`` or
     ``scale_rewards_by_dt=False``.
     """
-    from envs.registry import UnknownEnvError
-
     env_cls, wrapper_cls, list_tasks, load_env_cfg = _import_mjlab(env_id)
     tasks = list_tasks()
     if env_id not in tasks:

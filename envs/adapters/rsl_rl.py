@@ -14,7 +14,7 @@ observation. When the env hands it over in ``extras["final_obs"]`` (Isaac Lab's
 ``info["final_obs_valid"]`` is all True. Otherwise ``final_obs`` holds the
 post-reset observation as a placeholder and ``final_obs_valid`` is ``~done``:
 False exactly for the finished envs whose last observation is unknown
-(``mbpo.buffers.real_transitions`` says what the trainers make of those rows).
+(``mbpo.data.replay.real_transitions`` says what the trainers make of those rows).
 
 A partial ``reset(env_ids=...)`` goes to the env's ``unwrapped.reset(env_ids=...)``
 (Isaac Lab's ``ManagerBasedRLEnv``, mjlab's ``ManagerBasedRlEnv``; rsl_rl's own

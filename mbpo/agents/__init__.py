@@ -1,4 +1,7 @@
-"""Learners behind one protocol (mbpo.agents.base.Agent): SAC for Box actions, DQN for Discrete."""
+"""Learners behind one protocol (mbpo.agents.base.Agent): SAC for Box actions, DQN for Discrete.
+
+May use: data, device, config (and its seeds).
+"""
 
 from __future__ import annotations
 

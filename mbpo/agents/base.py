@@ -63,7 +63,7 @@ class Agent(Protocol):
 
     def entropy_bonus(self) -> float:
         """What the critics' targets add to each step's reward (SAC: ``alpha * H``, H at the target entropy that
-        automatic alpha holds; 0 for a critic of rewards alone): :func:`mbpo.evaluation.critic_bias` takes it out.
+        automatic alpha holds; 0 for a critic of rewards alone): :func:`mbpo.run.evaluation.critic_bias` takes it out.
         """
 
     def observe(self, obs: torch.Tensor) -> None:
@@ -72,7 +72,7 @@ class Agent(Protocol):
         """
 
     def update(self, batch: TensorDictBase) -> Mapping[str, float]:
-        """One gradient update from a batch on ``device`` (keys in mbpo.buffers); returns metrics."""
+        """One gradient update from a batch on ``device`` (keys in mbpo.data.replay); returns metrics."""
 
     def pop_metrics(self) -> dict[str, float]:
         """Means of the update metrics since the last call, plus ``updates``/``skipped`` counts.

@@ -18,8 +18,8 @@ import torch
 
 from mbpo.agents.networks import BatchedMLP
 from mbpo.agents.sac_loss import Draws
-from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
+from mbpo.device.state import cpu_copy
 
 __all__ = ["Critics", "DEFAULT_TAU"]
 

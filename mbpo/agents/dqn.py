@@ -20,10 +20,10 @@ from torchrl.data import Categorical
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
-from mbpo.buffers import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
-from mbpo.checkpoint import cpu_copy
 from mbpo.config import DQNConfig
-from mbpo.seeding import derive
+from mbpo.config.seeding import derive
+from mbpo.data.replay import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.device.state import cpu_copy
 
 __all__ = ["DQN"]
 

@@ -52,11 +52,11 @@ from mbpo.agents.critic import Critics
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_loss_terms
 from mbpo.agents.update_metrics import ACTOR_METRICS, METRIC_NAMES, UpdateMetrics
-from mbpo.buffers import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
-from mbpo.checkpoint import cpu_copy
 from mbpo.config import SACConfig
-from mbpo.precision import resolve_precision
-from mbpo.seeding import derive
+from mbpo.config.seeding import derive
+from mbpo.data.replay import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.device.precision import resolve_precision
+from mbpo.device.state import cpu_copy
 
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
@@ -312,7 +312,7 @@ class SAC:
         return obs, action, reward, next_obs, terminated
 
     def update(self, batch: Mapping[str, torch.Tensor]) -> UpdateMetrics:
-        """One fused SAC update from an env-scale batch on ``device`` (keys in mbpo.buffers).
+        """One fused SAC update from an env-scale batch on ``device`` (keys in mbpo.data.replay).
 
         Returns :class:`UpdateMetrics` (a ``Mapping[str, float]`` that syncs only when
         read). A non-finite loss or gradient skips every optimizer and target step

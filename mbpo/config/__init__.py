@@ -1,6 +1,8 @@
 """Run configuration, one job per module: :mod:`~mbpo.config.schema` (the typed keys and their help),
 :mod:`~mbpo.config.validation` (what types cannot say: choices, ranges, finiteness, budgets) and
 :mod:`~mbpo.config.loading` (YAML and ``key=value`` overrides into a validated :class:`Config`).
+
+May use: errors.
 """
 
 from mbpo.config.loading import config_from_yaml, load_config, to_yaml

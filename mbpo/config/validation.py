@@ -33,7 +33,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 CALLABLE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-"""A callable named by ``package.module:attr`` (``attr`` may be dotted: ``module:Class.method``); mbpo.imports
+"""A callable named by ``package.module:attr`` (``attr`` may be dotted: ``module:Class.method``); mbpo.config.callables
 loads it."""
 _CALLABLE_KEYS = ("model.termination", "model.reward")
 # Float keys that may hold nan or inf; each must say so (and what it means) in its docstring. None today.

@@ -1,5 +1,7 @@
 """The learned dynamics model: a batched probabilistic ensemble, the loop that fits it, its input
 normaliser, known termination rules.
+
+May use: agents' networks, data, device, config.
 """
 
 from mbpo.models.ensemble import DynamicsEnsemble, Prediction

@@ -27,25 +27,21 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbpo.agents.networks import BatchedLinear, BatchedMLP
-from mbpo.checkpoint import cpu_copy
 from mbpo.config import ModelConfig
+from mbpo.device.precision import resolve_precision
+from mbpo.device.state import cpu_copy
 from mbpo.models.losses import WeightDecay, mean_per_member
 from mbpo.models.normalizer import Normalizer
-from mbpo.models.training import fit_ensemble, select_elites
-from mbpo.precision import resolve_precision
+from mbpo.models.sampling import ROW_QUANTUM, sample_step
+from mbpo.models.training import fit_data, fit_ensemble, select_elites
 
-__all__ = ["DynamicsEnsemble", "Prediction"]
+__all__ = ["DynamicsEnsemble", "Prediction", "ROW_QUANTUM"]
 
 _CPU_ROW_BLOCK = {"fp32": 512, "bf16": 1024}
 """Rows per member per no-grad forward on CPU (the same bytes of activations; measured with
 benchmarks/ensemble_throughput.py). One pass on CUDA."""
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"swish": nn.SiLU, "relu": nn.ReLU}
 _STATE_KEYS = ("model", "optimizer", "elites", "version", "generator")
-ROW_QUANTUM = 32
-"""Sampling runs every matmul and activation on a multiple of this many rows per member. On CPU a row in a
-partial matmul tile rounds differently, and so do the last elements of an elementwise op (exp, SiLU) past the
-vector loop's 32 floats; with whole tiles a row's result does not depend on how many rows share its forward,
-so model.rollout_batch_size changes no result. (On CUDA, cuBLAS picks its kernels by size: equal up to rounding.)"""
 
 
 class Prediction(NamedTuple):
@@ -122,7 +118,7 @@ class DynamicsEnsemble(nn.Module):
         self.optimizer = torch.optim.Adam(self.parameters(), lr=config.lr, fused=self.device.type in ("cpu", "cuda"))
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.elites: list[int] = list(range(self.num_elites))
-        self._elite_idx = torch.arange(self.num_elites, device=self.device)
+        self.elite_index = torch.arange(self.num_elites, device=self.device)
         self.version = 0  # bumped by every fit(); rollouts tag their transitions with it
 
     # --- inputs ---------------------------------------------------------------------------------
@@ -131,15 +127,15 @@ class DynamicsEnsemble(nn.Module):
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _check(self, **tensors: torch.Tensor) -> None:
+    def check_device(self, **tensors: torch.Tensor) -> None:
         for name, t in tensors.items():
             if t.device != self.device:
                 raise ValueError(f"{name} is on {t.device} but the dynamics ensemble is on {self.device}; "
                                  "keep model inputs on the learner's device")
 
-    def _inputs(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def inputs(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Raw ``concat(obs, action)`` ``(..., in_dim)``; a Discrete action enters one-hot."""
-        self._check(obs=obs, action=action)
+        self.check_device(obs=obs, action=action)
         if obs.shape[-1:] != (self.obs_dim,):
             raise ValueError(f"obs has shape {tuple(obs.shape)}; expected (..., {self.obs_dim})")
         lead = obs.shape[:-1]
@@ -157,9 +153,9 @@ class DynamicsEnsemble(nn.Module):
             raise ValueError(f"Box action has shape {tuple(action.shape)}; expected {(*lead, self.act_dim)}")
         return torch.cat((obs.float(), action.float()), -1)
 
-    def _targets(self, obs: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def targets(self, obs: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """``[next_obs - obs, reward]`` ``(..., target_dim)``; ``next_obs - obs`` alone without ``learn_reward``."""
-        self._check(next_obs=next_obs, reward=reward)
+        self.check_device(next_obs=next_obs, reward=reward)
         if next_obs.shape != obs.shape or reward.shape != obs.shape[:-1]:
             raise ValueError(f"next_obs {tuple(next_obs.shape)} / reward {tuple(reward.shape)} do not match obs "
                              f"{tuple(obs.shape)}; expected next_obs {tuple(obs.shape)} and reward "
@@ -179,7 +175,7 @@ class DynamicsEnsemble(nn.Module):
         params += [self.max_logvar, self.min_logvar]
         return params if members is None else [p.index_select(0, members) for p in params]
 
-    def _raw(
+    def raw(
         self, x: torch.Tensor, params: list[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Normalised ``x`` ``[K, B, in]`` (or ``[B, in]``, shared) -> fp32 mean, soft-bounded logvar, logit."""
@@ -197,7 +193,7 @@ class DynamicsEnsemble(nn.Module):
         logvar = min_lv + F.softplus(logvar - min_lv)
         return out[..., :d], logvar, (out[..., 2 * d] if self.learn_termination else None)
 
-    def _inference_params(self, members: torch.Tensor | None = None) -> tuple[list[torch.Tensor], int]:
+    def inference_params(self, members: torch.Tensor | None = None) -> tuple[list[torch.Tensor], int]:
         """:meth:`_params` for a no-grad pass over many rows (bf16 weights cast once, not once per
         block) and the rows per member per block (see ``_CPU_ROW_BLOCK``; 0 = one pass).
         """
@@ -207,29 +203,29 @@ class DynamicsEnsemble(nn.Module):
         return params, (_CPU_ROW_BLOCK[self.precision] if self.device.type == "cpu" else 0)
 
     @torch.no_grad()
-    def _raw_rows(
+    def raw_rows(
         self, x: torch.Tensor, members: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """:meth:`_raw` without grad for many rows, in blocks on CPU.
+        """:meth:`raw` without grad for many rows, in blocks on CPU.
 
         Same FLOPs as one pass, but the activations stay in cache instead of
         page-faulting fresh 80 MB buffers for 100k rows.
         """
-        params, block = self._inference_params(members)
+        params, block = self.inference_params(members)
         if not block or x.shape[-2] <= block:
-            return self._raw(x, params)
-        parts = [self._raw(x[..., s : s + block, :], params) for s in range(0, x.shape[-2], block)]
+            return self.raw(x, params)
+        parts = [self.raw(x[..., s : s + block, :], params) for s in range(0, x.shape[-2], block)]
         mean, logvar, logit = zip(*parts, strict=True)
         return torch.cat(mean, -2), torch.cat(logvar, -2), (None if logit[0] is None else torch.cat(logit, -1))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Normalised inputs ``[M, B, in]`` or ``[B, in]`` -> ``(mean, logvar, logit)`` of every member."""
-        return self._raw(x, self._params())
+        return self.raw(x, self._params())
 
     @torch.no_grad()
     def predict(self, obs: torch.Tensor, action: torch.Tensor) -> Prediction:
         """Every member's Gaussian over ``[delta_obs, reward]`` (and logit) for ``(B, ...)`` inputs."""
-        mean, logvar, logit = self._raw_rows(self.normalizer.normalize(self._inputs(obs, action)))
+        mean, logvar, logit = self.raw_rows(self.normalizer.normalize(self.inputs(obs, action)))
         return Prediction(mean, logvar.exp(), logit)
 
     # --- loss -----------------------------------------------------------------------------------
@@ -244,7 +240,7 @@ class DynamicsEnsemble(nn.Module):
         """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members. ``weight``
         (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest.
         """
-        mean, logvar, logit = self._raw(x, self._params())
+        mean, logvar, logit = self.raw(x, self._params())
         nll = mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
         bounds = self.config.logvar_bound_penalty * (self.max_logvar.sum() - self.min_logvar.sum())
         loss = nll.sum() + bounds + self.weight_decay_loss()
@@ -259,8 +255,8 @@ class DynamicsEnsemble(nn.Module):
         terminated: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """Training loss on raw ``[M, B, ...]`` per-member batches (or ``[B, ...]`` shared by all members)."""
-        x = self.normalizer.normalize(self._inputs(obs, action))
-        target = self._targets(obs, reward, next_obs)
+        x = self.normalizer.normalize(self.inputs(obs, action))
+        target = self.targets(obs, reward, next_obs)
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.ensemble_size, -1, -1)
             target = target.unsqueeze(0).expand(self.ensemble_size, -1, -1)
@@ -283,7 +279,7 @@ class DynamicsEnsemble(nn.Module):
         """Per-member MSE of the mean ``[M]`` on normalised ``x`` ``(N, in)`` (MBPO's elite criterion);
         ``weight`` ``(N, D)`` as in :meth:`_loss`.
         """
-        return mean_per_member((self._raw_rows(x)[0] - target).square(), weight)
+        return mean_per_member((self.raw_rows(x)[0] - target).square(), weight)
 
     def evaluate(
         self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor
@@ -291,13 +287,13 @@ class DynamicsEnsemble(nn.Module):
         """Per-member MSE ``[M]`` of the predicted mean on ``(N, ...)`` transitions, current normaliser;
         every ``next_obs`` must be the true one (``fit``'s ``next_obs_valid`` rows are its business).
         """
-        x = self.normalizer.normalize(self._inputs(obs, action))
-        return self.prediction_mse(x, self._targets(obs, reward, next_obs))
+        x = self.normalizer.normalize(self.inputs(obs, action))
+        return self.prediction_mse(x, self.targets(obs, reward, next_obs))
 
     def set_elites(self, holdout_mse: torch.Tensor | Sequence[float]) -> list[int]:
         """Make the ``num_elites`` members with the lowest ``holdout_mse`` the rollout members."""
         self.elites = select_elites(holdout_mse, self.num_elites)
-        self._elite_idx = torch.tensor(self.elites, device=self.device)
+        self.elite_index = torch.tensor(self.elites, device=self.device)
         return self.elites
 
     # --- training -------------------------------------------------------------------------------
@@ -315,99 +311,18 @@ class DynamicsEnsemble(nn.Module):
         rows still train reward and termination, which are known, but not the next-state head.
         Host syncs: one per epoch plus a few per call.
         """
-        x, target, term, weight = self._fit_data(obs, action, reward, next_obs, terminated, next_obs_valid)
+        x, target, term, weight = fit_data(self, obs, action, reward, next_obs, terminated, next_obs_valid)
         metrics = fit_ensemble(self, x, target, term, weight, should_stop)
         self.version += 1
         return {**metrics, "version": self.version}
 
-    @torch.no_grad()
-    def _fit_data(
-        self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-        terminated: torch.Tensor | None, next_obs_valid: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
-        """Checked real data -> normalised inputs (normaliser refitted on them), targets, float terminated,
-        and the target weights (None when every next obs is known).
-        """
-        n = obs.shape[0]
-        if obs.dim() != 2 or n < 2:
-            raise ValueError(f"fit() wants (N >= 2, {self.obs_dim}) obs, got shape {tuple(obs.shape)}")
-        inputs, target = self._inputs(obs, action), self._targets(obs, reward, next_obs)
-        weight = None
-        if next_obs_valid is not None:
-            self._check(next_obs_valid=next_obs_valid)
-            if next_obs_valid.shape != (n,) or next_obs_valid.dtype != torch.bool:
-                raise ValueError(f"next_obs_valid is {next_obs_valid.dtype} {tuple(next_obs_valid.shape)}; "
-                                 f"expected torch.bool ({n},)")
-            if not bool(next_obs_valid.all()):
-                known, delta = next_obs_valid.unsqueeze(-1), slice(0, self.obs_dim)
-                target[:, delta] = torch.where(known, target[:, delta], 0.0)  # a placeholder need not even be finite
-                weight = torch.ones_like(target)
-                weight[:, delta] = known
-        if terminated is not None:
-            self._check(terminated=terminated)
-            if terminated.shape != (n,):
-                raise ValueError(f"terminated has shape {tuple(terminated.shape)}; expected ({n},)")
-            terminated = terminated.float() if self.learn_termination else None  # no head: not needed
-        elif self.learn_termination:
-            raise ValueError("the ensemble has a termination head (learn_termination=True): pass `terminated`")
-        if not bool(torch.isfinite(inputs).all() & torch.isfinite(target).all()):
-            raise ValueError("fit() got non-finite obs, action, reward or next_obs; real data must be finite")
-        self.normalizer.fit(inputs)
-        return self.normalizer.normalize(inputs), target, terminated, weight
-
     # --- sampling -------------------------------------------------------------------------------
-    @torch.no_grad()
     def sample(
         self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
         deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """One model step for ``B`` start states, each through a uniformly random elite, in one batched forward.
-
-        The batch is randomly permuted and dealt round-robin to the ``E`` elites
-        (``[E, ceil(B/E), in]``, chunk sizes differ by at most one); only the
-        elites' weights run, in row blocks of at most ``batch_size`` rows in all
-        (and of ``_CPU_ROW_BLOCK`` per elite on CPU). Returns ``next_obs (B, obs_dim)``,
-        ``reward (B,)`` (None without ``learn_reward``) and the termination logit ``(B,)``
-        (None without a head), with Gaussian noise from ``generator`` (``deterministic``: the
-        elite's mean; the elite deal is still random). The draws do not depend on ``batch_size``,
-        and on CPU no result does (``ROW_QUANTUM``).
-        """
-        if generator.device != self.device:
-            raise ValueError(f"sample() got a generator on {generator.device}; expected one on {self.device}")
-        b, e, d = obs.shape[0], self.num_elites, self.target_dim
-        x = self.normalizer.normalize(self._inputs(obs, action))
-        rows = -(-b // (e * ROW_QUANTUM)) * ROW_QUANTUM  # per elite, whole tiles
-        pad = rows * e - b  # slots past the last row: they compute row 0 again and are dropped
-        perm = torch.randperm(b, generator=generator, device=self.device)
-        eps = torch.randn((b, d), generator=generator, device=self.device)
-        # Elite j gets permuted rows j, j + E, j + 2E, ...: gathered straight into an [E, rows] layout, so
-        # each block is contiguous and the Gaussian draw happens while the block's outputs are in cache.
-        deal = torch.cat((perm, perm.new_zeros(pad))).view(rows, e).t().reshape(-1)
-        xp = x.index_select(0, deal).view(e, rows, self.in_dim)
-        eps = torch.cat((eps, eps.new_zeros(pad, d))).view(rows, e, d).transpose(0, 1)
-        draw = torch.empty(e, rows, d, device=self.device)
-        logit = torch.empty(e, rows, device=self.device) if self.learn_termination else None
-        params, block = self._inference_params(self._elite_idx)
-        step = min(block or rows, rows if batch_size is None else batch_size // e)
-        step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
-        for s in range(0, rows, step):
-            at = slice(s, s + step)
-            mean, logvar, block_logit = self._raw(xp[:, at], params)
-            if deterministic:
-                draw[:, at] = mean
-            else:
-                torch.add(mean, (0.5 * logvar).exp() * eps[:, at], out=draw[:, at])  # not addcmul: same rounding
-            if logit is not None:
-                assert block_logit is not None  # learn_termination: every block has its logit
-                logit[:, at] = block_logit
-        # Back to input order: row i was dealt to permuted position k = inv[i], i.e. elite k % E, slot k // E.
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(b, device=self.device)
-        order = inv % e * rows + inv // e
-        draw = draw.view(-1, d).index_select(0, order)
-        out_logit = None if logit is None else logit.view(-1).index_select(0, order)
-        reward = draw[:, -1] if self.learn_reward else None
-        return obs + draw[:, : self.obs_dim].to(obs.dtype), reward, out_logit
+        """One model step for ``B`` start states through random elites: :func:`mbpo.models.sampling.sample_step`."""
+        return sample_step(self, obs, action, generator, batch_size, deterministic)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(  # type: ignore[override]  # no arguments: the resume state, not nn.Module's tensor dict
@@ -430,7 +345,7 @@ class DynamicsEnsemble(nn.Module):
         result = super().load_state_dict(state["model"], strict=strict)
         self.optimizer.load_state_dict(state["optimizer"])
         self.elites = [int(i) for i in state["elites"]]
-        self._elite_idx = torch.tensor(self.elites, device=self.device)
+        self.elite_index = torch.tensor(self.elites, device=self.device)
         self.version = int(state["version"])
         self.generator.set_state(state["generator"])
         return result

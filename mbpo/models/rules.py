@@ -24,10 +24,10 @@ import torch
 from tensordict import TensorDict
 
 from envs.contract import Probe
-from mbpo.buffers import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, real_transitions
 from mbpo.config import ModelConfig
+from mbpo.config.callables import load_callable
+from mbpo.data.replay import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, real_transitions
 from mbpo.errors import MbpoError
-from mbpo.imports import load_callable
 from mbpo.models.termination import known_termination
 
 __all__ = ["Rule", "RuleFn", "ModelRules", "model_rules", "env_rule", "check_rules", "probe_transitions"]

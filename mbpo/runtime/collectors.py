@@ -30,13 +30,13 @@ import torch
 from tensordict import TensorDict
 
 import envs
-from mbpo.buffers import real_transitions
 from mbpo.config import AgentConfig
-from mbpo.nstep import n_step_builder
+from mbpo.config.seeding import derive
+from mbpo.data.nstep import n_step_builder
+from mbpo.data.replay import real_transitions
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
-from mbpo.seeding import derive
 
 __all__ = ["Collector", "CollectorBatch", "CollectorSetup", "CollectorLoop", "CollectorStopped", "EnvStepper",
            "NonFiniteEnvError", "POLICY_VERSION", "COLLECTOR_ID"]
@@ -54,7 +54,7 @@ class NonFiniteEnvError(RuntimeError):
 @dataclass
 class CollectorBatch:
     data: TensorDict
-    """Transitions (mbpo.buffers keys + policy_version + collector_id). Valid until :meth:`release`: with
+    """Transitions (mbpo.data.replay keys + policy_version + collector_id). Valid until :meth:`release`: with
     the process backend it is a view of a shared-memory slot that is reused afterwards."""
     collector_id: int
     policy_version: int

@@ -17,7 +17,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from mbpo.model_based import budget_start, trainings_earned
+from mbpo.model_based.learner import budget_start, trainings_earned
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["RatioGate"]

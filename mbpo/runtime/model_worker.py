@@ -18,7 +18,7 @@ from typing import Any
 
 from torchrl.data import ReplayBuffer
 
-from mbpo.model_based import ModelBased
+from mbpo.model_based.learner import ModelBased
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.streams import Lane
 from mbpo.runtime.thread_worker import ThreadWorker

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mbpo.debug import check_snapshot
+from mbpo.device.checks import check_snapshot
 
 __all__ = ["WeightStore", "Published"]
 

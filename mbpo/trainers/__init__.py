@@ -1,5 +1,7 @@
 """Training loops: AsyncTrainer (collectors, model thread and learner overlap) and SyncTrainer
 (the deterministic reference).
+
+May use: everything below the face (runtime, run records, model-based, learners, data, ...).
 """
 
 from __future__ import annotations

@@ -32,20 +32,21 @@ import torch
 
 import envs
 from mbpo.agents import acting_config, make_agent
-from mbpo.buffers import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.config import Config, updates_per_transition
-from mbpo.debug import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
-from mbpo.devices import DeviceMismatchError
-from mbpo.env_builder import build_env
-from mbpo.metrics import MetricsLogger
+from mbpo.data.replay import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
+from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
+from mbpo.device.plan import DeviceMismatchError
+from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
+from mbpo.runtime.env_builder import build_env
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.supervisor import CollectorPool, StopOnSignals, WorkerError, cause_line
 from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
+from mbpo.trainers.async_stop import checkpoint_between_cycles, final_checkpoint, state_between_cycles, stop_workers
 from mbpo.trainers.async_telemetry import AsyncTelemetry
 from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
 
@@ -207,7 +208,7 @@ class AsyncTrainer(Trainer):
                             raise
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
-                        self._final_checkpoint(announce=signals.signum is not None or failing)
+                        final_checkpoint(self.env_steps, self.save, announce=signals.signum is not None or failing)
                 row = self._log(logger, evaluated=evaluated, final=True)
                 self._progress()  # the bar ends at the env steps really taken
             if signals.signum is not None:
@@ -264,8 +265,8 @@ class AsyncTrainer(Trainer):
                 if waited is not None:
                     self._ingest(waited)
             self._periodic()
-            if self._checkpoint_due:
-                self._checkpoint_between_cycles()
+            if self._checkpoint_due and checkpoint_between_cycles(self.model_worker, super().state_dict, self.save):
+                self._checkpoint_due = False
 
     def _supervise(self) -> None:
         """Raise here, in the main thread, whatever killed a worker (collectors: after the restart budget)."""
@@ -391,38 +392,15 @@ class AsyncTrainer(Trainer):
         return row
 
     # -- shutdown ----------------------------------------------------------------------------
-    def _final_checkpoint(self, announce: bool) -> None:
-        """Written however the run ends (done, signal, a worker's error): nothing trained is lost. Not before
-        the first env step: there is nothing to resume, and a checkpoint would stand in the way of a new start.
-        """
-        if self.env_steps == 0:
-            return
-        try:
-            path = self.save()
-        except Exception as exc:  # noqa: BLE001 - never mask the error that ended the run
-            print(f"[mbpo] the final checkpoint could not be written: {exc!r}", file=sys.stderr)
-        else:
-            if announce:
-                print(f"[mbpo] final checkpoint: {path}", file=sys.stderr)
-
     def _shutdown(self) -> None:
         """Stop every worker, join them by the deadline, and ingest what is still queued."""
         if not self._started or self._stopped:
             return
         self._stopped = True
         self.stop_event.set()
-        self.pool.stop()
-        deadline = time.monotonic() + self.config.runtime.shutdown_timeout_s
-        late = self.pool.join(deadline)
-        if self.model_worker is not None and not self.model_worker.join(max(deadline - time.monotonic(), 0.0)):
-            late.append("model thread")
-        for item in self.queue.drain():  # nothing collected is lost
-            self._ingest(item)
+        stop_workers(self.pool, self.model_worker, self.queue.drain, self._ingest,
+                     self.config.runtime.shutdown_timeout_s)
         self.wall_s = self._throughput.wall_s()
-        if late:
-            print(f"[mbpo] still running after runtime.shutdown_timeout_s="
-                  f"{self.config.runtime.shutdown_timeout_s}: {', '.join(late)} (daemon threads; they end "
-                  "with the process)", file=sys.stderr)
 
     def work_owed(self) -> bool:
         """Until the loop ends, the learner owes the newest batches' updates (up to ``max_lead * utd_ratio``),
@@ -452,35 +430,7 @@ class AsyncTrainer(Trainer):
         return state
 
     def _state_between_cycles(self, timeout: float) -> dict[str, Any] | None:
-        """The state, taken while the model thread is between cycles; None if a cycle still runs after
-        ``timeout`` seconds (0: do not wait).
-        """
-        worker = self.model_worker
-        if worker is None:
-            return super().state_dict()
-        if not worker.cycle_lock.acquire(timeout=timeout):
-            return None
-        try:
-            return super().state_dict()
-        finally:
-            worker.cycle_lock.release()
-
-    def _checkpoint_between_cycles(self) -> None:
-        """Write the due periodic checkpoint if the model thread is between cycles; if it is mid-cycle
-        (a fit can take minutes), try again on the next pass of the loop: the learner keeps training
-        meanwhile instead of waiting for the fit. Until the file is written the model thread starts no
-        new cycle, which would change the model buffer (saved by reference on CPU) under torch.save.
-        """
-        worker = self.model_worker
-        if worker is not None:
-            worker.hold.set()
-        state = self._state_between_cycles(0)
-        if state is None:
-            return
-        self.save(state)
-        self._checkpoint_due = False
-        if worker is not None:
-            worker.hold.clear()
+        return state_between_cycles(self.model_worker, super().state_dict, timeout)
 
     def close(self) -> None:
         """Stop and join every thread, close every env and release the run dir. Idempotent."""

@@ -21,26 +21,26 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.buffers import load_replay_state, make_replay_buffer, replay_state, sample_batches
-from mbpo.checkpoint import FORMAT, save_checkpoint
 from mbpo.config import Config, ConfigError, rollouts_per_transition, to_yaml, updates_per_transition
-from mbpo.devices import DevicePlan
-from mbpo.env_builder import build_env, check_env
+from mbpo.config.seeding import derive
+from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
+from mbpo.device.plan import DevicePlan
+from mbpo.device.precision import resolve_precision
 from mbpo.errors import MbpoError
-from mbpo.evaluation import critic_bias, eval_stats, evaluate_episodes
-from mbpo.model_based import ModelBased
+from mbpo.model_based.learner import ModelBased
+from mbpo.model_based.rollouts import rollout_bytes
 from mbpo.models.rules import probe_transitions
-from mbpo.precision import resolve_precision
-from mbpo.rollouts import rollout_bytes
-from mbpo.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
-from mbpo.seeding import derive
-from mbpo.throughput import RATE_COLUMNS, Throughput
+from mbpo.run.checkpoint import FORMAT, save_checkpoint
+from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
+from mbpo.run.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
+from mbpo.run.throughput import RATE_COLUMNS, Throughput
+from mbpo.runtime.env_builder import build_env, check_env
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
-    from mbpo.metrics import MetricsLogger
+    from mbpo.run.metrics import MetricsLogger
 
 __all__ = ["Trainer", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES", "INTERVAL_COLUMNS"]
 
@@ -103,7 +103,7 @@ class Trainer:
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
         self.clock: Callable[[], float] = time.perf_counter
-        """The clock of ``wall_s`` and the rate columns (mbpo.throughput); tests swap in a fake one."""
+        """The clock of ``wall_s`` and the rate columns (mbpo.run.throughput); tests swap in a fake one."""
         self._lock = RunLock(self.run_dir)
         if config.total_env_steps <= config.agent.learning_starts:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
@@ -131,7 +131,7 @@ class Trainer:
             raise
 
     def seed(self, *stream: str | int) -> int:
-        """The seed of one random stream of this run (mbpo.seeding: derived from ``seed``, never an offset)."""
+        """The seed of one random stream of this run (mbpo.config.seeding: derived from ``seed``, never an offset)."""
         return derive(self.config.seed, *stream)
 
     def run(self, logger: MetricsLogger | None = None) -> dict[str, Any]:
@@ -174,7 +174,7 @@ class Trainer:
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
         self.last_eval_stats: dict[str, float] = {}
-        """The spread of the last evaluation's episodes (mbpo.evaluation.eval_stats)."""
+        """The spread of the last evaluation's episodes (mbpo.run.evaluation.eval_stats)."""
         self.last_q_bias: dict[str, float] = {}
         """The critic's bias at the last evaluation's start states (q_start, mc_return_start, q_bias)."""
         self._recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)

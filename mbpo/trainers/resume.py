@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mbpo.checkpoint import load_latest
 from mbpo.config import Config, ConfigError, config_from_yaml, describe
 from mbpo.errors import MbpoError
-from mbpo.run_dir import RESUMABLE_OVERRIDES, check_belongs
+from mbpo.run.checkpoint import load_latest
+from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs
 
 __all__ = ["RunAlreadyDone", "ResumePoint", "load_for_resume", "keys_newer_than"]
 

@@ -4,7 +4,7 @@ Per vector step of ``num_envs`` envs: act (random before ``learning_starts``,
 then the CPU policy replica), step the env on the plan's device, store the
 transitions (``next_obs`` is the true final observation at an auto-reset),
 with ``model.enabled`` train the ensemble and roll out into the model buffer
-when ``model.train_freq`` is crossed (mbpo.model_based), then run
+when ``model.train_freq`` is crossed (mbpo.model_based.learner), then run
 ``num_envs * utd_ratio`` gradient updates on batches mixed by ``real_ratio``. Evaluation, logging and
 checkpoints happen when env steps cross their intervals. Deterministic on CPU:
 the same seed gives identical metrics and parameters, and resuming from a
@@ -26,10 +26,10 @@ from typing import Any
 import torch
 
 import envs
-from mbpo.buffers import real_transitions
 from mbpo.config import Config
-from mbpo.metrics import MetricsLogger
-from mbpo.nstep import n_step_builder
+from mbpo.data.nstep import n_step_builder
+from mbpo.data.replay import real_transitions
+from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
 

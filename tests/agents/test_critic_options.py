@@ -22,7 +22,7 @@ from mbpo.agents.networks import BatchedMLP
 from mbpo.agents.sac import SAC
 from mbpo.agents.sac_loss import Draws
 from mbpo.config import ConfigError, load_config
-from mbpo.precision import bf16_autocast_supported
+from mbpo.device.precision import bf16_autocast_supported
 from tests.agents.test_sac import ACT_DIM, HIGH, LOW, OBS_DIM, _LocScale, _QNet, make_batch, make_sac, params_of
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,8 +15,8 @@ from tensordict import TensorDict
 
 from mbpo.agents.base import Agent
 from mbpo.agents.dqn import DQN
-from mbpo.buffers import transitions
 from mbpo.config import DQNConfig
+from mbpo.data.replay import transitions
 
 pytestmark = pytest.mark.timeout(120)
 

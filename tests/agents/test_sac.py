@@ -20,9 +20,9 @@ from torchrl.objectives import SACLoss, ValueEstimators
 from mbpo.agents.base import Agent
 from mbpo.agents.networks import BatchedMLP, squashed_gaussian_sample
 from mbpo.agents.sac import METRIC_NAMES, SAC
-from mbpo.buffers import transitions
 from mbpo.config import SACConfig
-from mbpo.precision import bf16_autocast_supported
+from mbpo.data.replay import transitions
+from mbpo.device.precision import bf16_autocast_supported
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -400,14 +400,15 @@ def test_bf16_runs_where_supported_else_names_the_device() -> None:
 
 
 def test_bf16_unsupported_error_names_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mbpo.precision.native_bf16", lambda device: (False, "CPU has neither AVX512_BF16 nor AMX"))
+    monkeypatch.setattr("mbpo.device.precision.native_bf16",
+                        lambda device: (False, "CPU has neither AVX512_BF16 nor AMX"))
     with pytest.raises(ValueError, match=r"agent.sac.precision=bf16.*cpu.*AVX512_BF16.*precision=fp32 or auto"):
         make_sac(precision="bf16")
     assert make_sac(precision="auto").precision == "fp32"
 
 
 def test_auto_precision_is_bf16_exactly_where_the_cpu_has_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mbpo.precision as precision
+    import mbpo.device.precision as precision
 
     for avx512_bf16, amx, expected in ((True, False, "bf16"), (False, True, "bf16"), (False, False, "fp32")):
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
@@ -456,7 +457,7 @@ def test_an_n_step_rows_discount_replaces_gamma_in_the_target() -> None:
     """``discount`` (gamma**m of an m-step row) is the bootstrap's discount: gamma itself gives the 1-step
     update bit for bit, 0 gives the update of the same rows marked terminal.
     """
-    from mbpo.buffers import DISCOUNT
+    from mbpo.data.replay import DISCOUNT
 
     batch = make_batch()
     one_step, with_gamma = make_sac(), make_sac()

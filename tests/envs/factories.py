@@ -89,7 +89,7 @@ NOT_CALLABLE = 3
 class BreaksContract(envs.VecEnv):
     """Pendulum-v1 with one field of what ``reset`` and ``step`` return broken as ``breaks`` says (None: none):
     the cases a start-up check of the VecEnv contract must catch (tests/envs/test_contract.py,
-    tests/mbpo/test_env_contract.py).
+    tests/runtime/test_env_contract.py).
     """
 
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs")

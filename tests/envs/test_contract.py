@@ -1,7 +1,7 @@
 """envs.contract: an env's first reset and step held to the VecEnv contract, field by field.
 
 The broken envs are tests/envs/factories.py's ``BreaksContract`` (Pendulum-v1 with one field broken); the
-same cases through the trainer and the CLI, on every backend, are in tests/mbpo/test_env_contract.py.
+same cases through the trainer and the CLI, on every backend, are in tests/runtime/test_env_contract.py.
 """
 
 from __future__ import annotations

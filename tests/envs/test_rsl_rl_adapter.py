@@ -359,9 +359,9 @@ def test_mjlab_time_outs_without_a_final_obs_never_become_next_state_targets(
     """The trainers' own path: real_transitions marks them, ModelBased.train hands the fit that mask (the
     rows still train reward and termination; the ensemble's own test covers the masked fit).
     """
-    from mbpo.buffers import NEXT_OBS_VALID, real_transitions
     from mbpo.config import load_config
-    from mbpo.model_based import ModelBased
+    from mbpo.data.replay import NEXT_OBS_VALID, real_transitions
+    from mbpo.model_based.learner import ModelBased
 
     env = cartpole_auto
     obs, steps = env.reset(seed=0), []

@@ -13,8 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbpo.config import ModelConfig
+from mbpo.device.precision import bf16_autocast_supported
 from mbpo.models import DynamicsEnsemble, Normalizer, select_elites
-from mbpo.precision import bf16_autocast_supported
+from mbpo.models.training import fit_data
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -462,7 +463,7 @@ def test_bf16_predictions_and_gradients_are_close_to_fp32() -> None:
     bf16 = DynamicsEnsemble(cfg, OBS, BOX, "cpu", seed=3, precision="bf16")
     obs, action, reward, next_obs, _ = linear_system(256)
     for ens in (fp32, bf16):
-        ens.normalizer.fit(ens._inputs(obs, action))
+        ens.normalizer.fit(ens.inputs(obs, action))
     p32, p16 = fp32.predict(obs, action), bf16.predict(obs, action)
     scale = p32.mean.abs().max()
     assert (p16.mean - p32.mean).abs().max() < 0.02 * scale
@@ -489,7 +490,7 @@ def test_without_learn_reward_there_is_no_reward_head_and_unknown_states_leave_n
     assert fit["holdout_loss"] < 0.1 * float(before.mean())  # ...and the next state is learned
     next_pred, reward_pred, _ = ens.sample(obs[:10], action[:10], torch.Generator().manual_seed(0))
     assert reward_pred is None and next_pred.shape == (10, OBS)
-    x, target, _, weight = ens._fit_data(obs[:8], action[:8], reward[:8], next_obs[:8], None,
+    x, target, _, weight = fit_data(ens, obs[:8], action[:8], reward[:8], next_obs[:8], None,
                                          torch.zeros(8, dtype=torch.bool))
     assert weight is not None and not weight.any()
     loss = ens._loss(x.unsqueeze(0).expand(ens.ensemble_size, -1, -1), target.expand(ens.ensemble_size, -1, -1),

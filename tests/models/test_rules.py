@@ -13,15 +13,15 @@ import torch
 
 import envs
 from envs.contract import probe
-from mbpo.buffers import real_transitions
 from mbpo.config import ConfigError, load_config
+from mbpo.config.callables import load_callable
+from mbpo.data.replay import real_transitions
 from mbpo.errors import MbpoError
-from mbpo.imports import load_callable
-from mbpo.model_based import ModelBased
+from mbpo.model_based.learner import ModelBased
 from mbpo.models.rules import Rule, check_rules, env_rule, model_rules, probe_transitions
 from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import AsyncTrainer, SyncTrainer
-from tests.mbpo.test_model_based import UniformPolicy
+from tests.model_based.test_learner import UniformPolicy
 
 pytestmark = pytest.mark.timeout(120)
 HERE = "tests.models.test_rules"
@@ -81,7 +81,7 @@ def pendulum_model(*overrides: str, env: object | None = None) -> ModelBased:
 
 def pendulum_data(steps: int, num_envs: int = 4) -> Any:
     """Real Pendulum transitions, random actions, across a time-limit auto-reset."""
-    from mbpo.buffers import make_replay_buffer
+    from mbpo.data.replay import make_replay_buffer
 
     env = envs.make("Pendulum-v1", num_envs, device="cpu", seed=0)
     real = make_replay_buffer(10_000, "cpu", torch.Generator().manual_seed(0))

@@ -12,8 +12,8 @@ import torch
 
 import envs
 from envs.faults import FaultyEnv
-from mbpo.buffers import NEXT_OBS, OBS, REWARD
 from mbpo.config import Config
+from mbpo.data.replay import NEXT_OBS, OBS, REWARD
 from mbpo.runtime import collectors
 from mbpo.runtime.collectors import CollectorBatch, NonFiniteEnvError
 from mbpo.runtime.supervisor import CollectorFailure, WorkerError

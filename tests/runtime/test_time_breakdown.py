@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from mbpo.config import Config
-from mbpo.metrics import read_metrics
+from mbpo.run.metrics import read_metrics
 from mbpo.trainers import AsyncTrainer, SyncTrainer
 from mbpo.trainers.base import TIME_PARTS
-from tests.mbpo.test_throughput import FakeClock, check_intervals
+from tests.run.test_throughput import FakeClock, check_intervals
 
 pytestmark = pytest.mark.timeout(120)
 

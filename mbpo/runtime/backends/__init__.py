@@ -7,6 +7,8 @@ them. ``thread`` (mbpo.runtime.backends.thread) is the default; ``process``
 (mbpo.runtime.backends.ray) runs each as a Ray actor, on any node of a cluster.
 Process and Ray collectors build their envs from the run's env config (plain
 data: an env id, or an ``env.factory`` name the child imports).
+
+Reached only through this factory (an import-linter contract).
 """
 
 from __future__ import annotations

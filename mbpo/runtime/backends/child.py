@@ -58,7 +58,7 @@ class ChildSpec:
         """The child's env, built in the child (so a CUDA context or simulator is its own)."""
         if self.env_factory is not None:
             return self.env_factory(self.collector_id, self.incarnation, self.env_seed)
-        from mbpo.env_builder import build_env
+        from mbpo.runtime.env_builder import build_env
 
         return build_env(self.env, self.setup.num_envs, self.env_device, self.env_seed)
 
@@ -74,7 +74,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
     env = None
     try:
         from mbpo.agents import make_agent
-        from mbpo.debug import check_transitions, switches
+        from mbpo.device.checks import check_transitions, switches
 
         if setup.debug:
             for line in switches(1, "process"):

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from mbpo.buffers import DISCOUNT
 from mbpo.config import EnvConfig
-from mbpo.debug import check_transitions
+from mbpo.data.replay import DISCOUNT
+from mbpo.device.checks import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,

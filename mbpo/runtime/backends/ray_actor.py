@@ -77,7 +77,7 @@ class CollectorActor:
             self.stepper.use_weights(version, to_torch(weights))
         batch = self.stepper.collect(first, granted // self.env.num_envs)
         if self.spec.setup.debug:
-            from mbpo.debug import check_transitions
+            from mbpo.device.checks import check_transitions
 
             check_transitions(batch.data, f"collector {self.spec.collector_id} -> object store", self.env.device,
                               self.env.obs_dim, self.env.action_space)

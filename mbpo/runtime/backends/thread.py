@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 import envs
-from mbpo.debug import check_transitions
+from mbpo.device.checks import check_transitions
 from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, EnvStepper
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.queue import TransitionQueue

@@ -1,0 +1,78 @@
+"""n-step transitions (``agent.n_step``), built from the 1-step stream of a vectorized env as it is collected.
+
+For a start step ``t`` of env ``e`` the n-step transition is
+``(s_t, a_t, R = sum_{i<m} gamma^i r_{t+i}, s_{t+m}, terminated, discount = gamma^m)`` with ``m = n``, or fewer
+where the episode ends first: a termination ends it without a bootstrap, a time-out bootstraps from the
+true last observation. The learner's target is ``R + discount * (1 - terminated) * V(s')``. Every 1-step
+transition starts exactly one n-step transition, emitted ``n - 1`` steps later (at once at an episode's end).
+The envs of a vector step are independent streams; work per step is ``n`` masked gathers over the envs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from mbpo.data.replay import DISCOUNT, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
+
+__all__ = ["NStepBuilder", "DISCOUNT", "n_step_builder"]
+
+
+
+class NStepBuilder:
+    """Holds the last ``n`` vector steps of ``num_envs`` envs and emits n-step transitions."""
+
+    def __init__(self, n: int, gamma: float) -> None:
+        if n < 1:
+            raise ValueError(f"n_step={n} is not allowed; expected n >= 1")
+        self.n, self.gamma = int(n), float(gamma)
+        self._ring: TensorDict | None = None  # [n, num_envs] of 1-step transitions, time index t % n
+        self._age: torch.Tensor | None = None  # steps since each env's episode began, capped at n
+        self._t = 0
+
+    def push(self, step: TensorDict, truncated: torch.Tensor, keep: torch.Tensor | None = None) -> TensorDict:
+        """Add one vector step (1-step transitions of every env, mbpo.data.replay keys, batch ``[num_envs]``).
+
+        ``truncated`` says which episodes hit their time limit; returns the n-step transitions complete now.
+        Rows not in ``keep`` (a non-finite step that is dropped) emit nothing and end what their env had
+        pending. Keys other than the transition's own (the acting policy's version) come from the start step.
+        """
+        num_envs, device = step.shape[0], step.device
+        if self._ring is None:
+            self._ring = step.unsqueeze(0).expand(self.n, num_envs).clone()
+            self._age = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        assert self._age is not None
+        slot = self._t % self.n
+        self._ring[slot] = step
+        self._t += 1
+        self._age = torch.clamp(self._age + 1, max=self.n)
+        done = step[TERMINATED] | truncated.to(device)
+        keep = torch.ones_like(done) if keep is None else keep.to(device)
+        out = []
+        ret = torch.zeros(num_envs, dtype=torch.float32, device=device)
+        for d in range(self.n):  # start step t - d; its return accumulates rewards from the newest backwards
+            start = self._ring[(slot - d) % self.n]
+            ret = start[REWARD] + self.gamma * ret
+            emit = keep & ((done & (d < self._age)) | (~done & (d == self.n - 1) & (self._age == self.n)))
+            out.append(self._emit(start, step, ret, emit, d + 1))
+        self._age = torch.where(done | ~keep, torch.zeros_like(self._age), self._age)
+        return torch.cat(out)
+
+    def _emit(self, start: TensorDict, end: TensorDict, ret: torch.Tensor, emit: torch.Tensor, m: int) -> TensorDict:
+        """The m-step transitions of the envs in ``emit``: from ``start``, ending with ``end``."""
+        part = start[emit].clone()
+        part[REWARD] = ret[emit]
+        for key in (NEXT_OBS, TERMINATED, NEXT_OBS_VALID):
+            if key in end.keys():
+                part[key] = end[key][emit]
+        part[DISCOUNT] = torch.full((part.shape[0],), self.gamma ** m, dtype=torch.float32, device=part.device)
+        return part
+
+
+def n_step_builder(agent: Any) -> NStepBuilder | None:
+    """The builder an agent config asks for (``agent.n_step`` > 1, SAC's gamma), else None."""
+    if agent.n_step <= 1:
+        return None
+    return NStepBuilder(agent.n_step, agent.sac.gamma)

@@ -1,0 +1,188 @@
+"""Checkpoint files: written atomically and read back before older ones go; loaded without running code.
+
+A write goes to a temp file, is fsynced and renamed, so a crash never leaves a
+half-written checkpoint under a real name. Before the newest ``keep`` are
+pruned, the new file is read back: a checkpoint that does not load never
+replaces one that does. A checkpoint found unreadable is renamed ``*.corrupt``
+(no longer counted toward ``keep``) and the previous one is used.
+
+Files are loaded with ``torch.load(weights_only=True)``: tensors and plain
+Python data only, so a crafted file cannot run code. A file that needs more
+(an older mbpo checkpoint, or a malicious one) is refused with
+:class:`UnsafeCheckpointError` unless the caller explicitly trusts it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mbpo.errors import MbpoError
+
+__all__ = [
+    "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps",
+    "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError",
+    "FORMAT", "CORRUPT_SUFFIX",
+]
+
+PREFIX, SUFFIX, CORRUPT_SUFFIX = "ckpt_", ".pt", ".corrupt"
+CHECKPOINTS_DIR = "checkpoints"
+"""Where a run dir keeps its checkpoints."""
+ZIP_MAGIC = b"PK\x03\x04"
+"""The first bytes of every file torch.save writes (a zip archive)."""
+FORMAT = 2
+"""2: tensors and plain data only (loads with weights_only=True); 1: held TensorDicts and global RNG states."""
+TRUST_HINT = ("Pass --trust-checkpoint only if you wrote this file yourself (for example with an older "
+              "mbpo): full unpickling runs any code the file contains.")
+
+
+class CheckpointError(MbpoError):
+    """A checkpoint that cannot be used: missing, unreadable, unsafe to load, or from another run."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """Loading the file would need full unpickling, which can run arbitrary code."""
+
+
+class ForeignCheckpointError(CheckpointError):
+    """The checkpoint belongs to another run than the run dir it was found in."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The file is not a readable checkpoint (truncated, overwritten, not written by torch.save)."""
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """Checkpoints in ``directory``, oldest first (names carry zero-padded env steps)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
+
+
+def checkpoint_steps(path: str | Path) -> int | None:
+    """The env steps a checkpoint's file name states, or None for a name we did not write."""
+    stem = Path(path).name[len(PREFIX):-len(SUFFIX)]
+    return int(stem) if Path(path).name.startswith(PREFIX) and stem.isdigit() else None
+
+
+def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:
+    """Write ``state`` as ``ckpt_<env_steps>.pt`` atomically, read it back, then prune all but the newest
+    ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
+    tmp = directory / f".{final.name}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(directory)
+    try:
+        read_file(final)
+    except CheckpointError as exc:
+        bad = _mark_corrupt(final)
+        raise CorruptCheckpointError(f"the checkpoint just written did not read back ({exc}); renamed it to "
+                                     f"{bad.name} and kept every older checkpoint") from exc
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink()
+    return final
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu", trust: bool = False) -> dict[str, Any]:
+    """Load one mbpo checkpoint: tensors and plain data only, unless ``trust`` (older checkpoints)."""
+    state = read_file(path, map_location, trust)
+    if not isinstance(state, dict) or "config" not in state or "trainer" not in state:
+        keys = sorted(map(str, state))[:8] if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{path} is not an mbpo checkpoint (it holds {keys}; expected the keys config, "
+                              "trainer, agent, ... that `python -m mbpo train` writes)")
+    return state
+
+
+def read_file(path: str | Path, map_location: str | torch.device = "cpu", trust: bool = False) -> Any:
+    """``torch.load`` with ``weights_only=True`` (tensors and plain data), classifying what fails."""
+    path = Path(path)
+    if path.is_dir():
+        found = list_checkpoints(path / CHECKPOINTS_DIR) or list_checkpoints(path)
+        newest = f"; its newest checkpoint is {found[-1]}" if found else " holding no checkpoint"
+        raise CheckpointError(f"{path} is a directory (a run dir?); expected a checkpoint file{newest}")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (or is not a file)")
+    if trust:
+        print(f"[mbpo] loading {path} with full unpickling (--trust-checkpoint): it can run any code the file "
+              "contains", file=sys.stderr)
+        return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types; we classify them
+        raise _classify(path, exc) from None
+
+
+def load_latest(
+    directory: str | Path, map_location: str | torch.device = "cpu", trust: bool = False,
+) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint that loads. An unreadable newer one is renamed ``*.corrupt`` (reported on
+    stderr) and the previous one is tried; an unsafe one stops the search (it is never skipped silently).
+    """
+    candidates = list_checkpoints(directory)
+    if not candidates:
+        raise CheckpointError(f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")
+    for path in reversed(candidates):
+        try:
+            return path, load_checkpoint(path, map_location, trust)
+        except CorruptCheckpointError as exc:
+            bad = _mark_corrupt(path)
+            print(f"[mbpo] {exc}; renamed it to {bad.name} (not counted toward checkpoint.keep) and trying "
+                  "the previous checkpoint", file=sys.stderr)
+    raise CheckpointError(f"none of the {len(candidates)} checkpoints in {str(directory)!r} could be loaded "
+                          f"(each was renamed *{CORRUPT_SUFFIX})")
+
+
+def _classify(path: Path, exc: Exception) -> CheckpointError:
+    """Unsafe (the pickle names code to run) or corrupt (not a readable torch.save file)."""
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 - not even a zip archive torch can list: corrupt
+        unsafe = []
+    if unsafe:
+        return UnsafeCheckpointError(
+            f"{path} needs full unpickling to load (it references {', '.join(unsafe[:5])}"
+            f"{', ...' if len(unsafe) > 5 else ''}), which can run arbitrary code, so it was not loaded; "
+            f"mbpo checkpoints hold only tensors and plain data. {TRUST_HINT}")
+    with open(path, "rb") as f:
+        zipped = f.read(4) == ZIP_MAGIC
+    if not zipped:  # torch's own advice (weights_only=False) would be wrong here: it is no torch file at all
+        return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
+                                      f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return CorruptCheckpointError(f"checkpoint {path} is unreadable, corrupt or cut short ({first_line})")
+
+
+def _mark_corrupt(path: Path) -> Path:
+    bad = path.with_name(path.name + CORRUPT_SUFFIX)
+    os.replace(path, bad)
+    return bad
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,308 @@
+"""A run dir: one run writes it at a time, and it knows which run it holds.
+
+* ``.lock``: an exclusive ``fcntl.flock`` held for the run's lifetime, with the
+  holder's pid and host written inside so a second ``train``/``resume`` can say
+  who holds it. The kernel drops the lock when its process dies; a lock file
+  still naming a dead pid of this host is taken over with a message.
+* ``run.json``: the run's identity, written when it starts: a random run
+  id and a hash of its config minus the keys a resume may change. Every
+  checkpoint carries the same identity, so resume refuses another run's file.
+  Beside it, ``provenance``: what produced the run (commit, dirty tree, package
+  versions, CPU flags; mbpo.run.provenance), one record at the start and one
+  appended by every resume.
+* ``config.yaml``: the config the run started with (never rewritten);
+  ``resumes.yaml``: one entry per resume, with its overrides.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from mbpo.config import Config, config_from_yaml
+from mbpo.errors import MbpoError
+from mbpo.run.checkpoint import list_checkpoints
+from mbpo.run.provenance import provenance
+
+__all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "check_belongs", "write_config", "log_resume",
+           "record_provenance", "safe_name", "remove_if_never_started",
+           "RESUMABLE_OVERRIDES",
+           "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE"]
+
+LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
+RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint",
+                       "runtime.nonfinite")
+"""Keys a resume may change: how long and how often, and what to do with an env's non-finite values (the fix a
+run stopped by one is told to use), never what was built."""
+_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint", "run_dir")
+"""Top-level keys left out of a run's identity hash; fixed, or every checkpoint written so far would stop
+matching its run."""
+
+
+class RunDirBusyError(MbpoError):
+    """The run dir cannot be used: another live process holds its lock, or it cannot be written."""
+
+
+def config_hash(config: Config | str) -> str:
+    """What makes two configs the same run: every key but run length, cadence and location.
+
+    A config YAML (as stored in a checkpoint) is hashed as written, not read through today's schema: a key
+    added to the schema later, with its default, must not change the identity of a run written before it.
+    """
+    if isinstance(config, str):
+        data = OmegaConf.to_container(OmegaConf.create(config))
+    else:
+        data = OmegaConf.to_container(OmegaConf.structured(config))
+    assert isinstance(data, dict)
+    for key in _NOT_IDENTITY:
+        data.pop(key, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which run a checkpoint or run dir belongs to (plain data: it goes into every checkpoint)."""
+
+    run_id: str
+    config_hash: str
+
+    @classmethod
+    def new(cls, config: Config) -> RunIdentity:
+        return cls(uuid.uuid4().hex, config_hash(config))
+
+    def as_dict(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "config_hash": self.config_hash}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunIdentity | None:
+        if not isinstance(data, dict) or not {"run_id", "config_hash"} <= set(data):
+            return None
+        return cls(str(data["run_id"]), str(data["config_hash"]))
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> RunIdentity | None:
+        """The identity in ``run_dir/run.json``; None if the run dir has none (an older run)."""
+        path = Path(run_dir) / IDENTITY_FILE
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def write(self, run_dir: str | Path, config: Config, at_env_steps: int = 0) -> None:
+        """Record the identity (and what run it is, for people reading the file), with the provenance of this
+        start (``at_env_steps``: where a run dir without a run.json is resumed).
+        """
+        summary = {**self.as_dict(), "env": config.env.id, "agent": config.agent.name,
+                   "mbpo": config.model.enabled, "seed": config.seed, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "provenance": [provenance(at_env_steps)]}
+        _write_atomic(Path(run_dir) / IDENTITY_FILE, json.dumps(summary, indent=1) + "\n")
+
+
+def record_provenance(run_dir: str | Path, at_env_steps: int) -> None:
+    """Append what runs a resume (commit, packages, machine) to run.json's ``provenance`` list."""
+    path = Path(run_dir) / IDENTITY_FILE
+    data = json.loads(path.read_text())
+    data.setdefault("provenance", []).append(provenance(at_env_steps))
+    _write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one harmless path component: runs of anything but ASCII letters, digits, ``.``, ``_`` and
+    ``-`` become ``_`` and leading or trailing dots and underscores go, so an env id such as ``../../x`` or
+    ``a/b c`` can neither leave ``runs/`` nor nest dirs (empty: ``env``).
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "env"
+
+
+def remove_if_never_started(run_dir: Path) -> bool:
+    """Remove ``run_dir`` if no run ever started in it: no checkpoint and no metrics row (what a failed start
+    leaves: the lock, maybe the config and run.json). Returns whether it did.
+    """
+    metrics = run_dir / "metrics.csv"
+    rows = metrics.read_text().count("\n") if metrics.is_file() else 0
+    if not run_dir.is_dir() or list_checkpoints(run_dir / "checkpoints") or rows > 1:  # header + a row
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return not run_dir.exists()
+
+
+def write_config(run_dir: str | Path, config_yaml: str) -> None:
+    """The config the run starts with; a resume never rewrites it (see :func:`log_resume`)."""
+    _write_atomic(Path(run_dir) / "config.yaml", config_yaml)
+
+
+def log_resume(run_dir: str | Path, env_steps: int, checkpoint: str, overrides: list[str]) -> None:
+    """Append one resume (when, from which checkpoint, with which overrides) to ``resumes.yaml``."""
+    entry = {"at_env_steps": env_steps, "checkpoint": checkpoint, "overrides": list(overrides),
+             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(Path(run_dir) / RESUMES_FILE, "a") as f:
+        f.write(yaml.safe_dump([entry], sort_keys=False))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunLock:
+    """Exclusive lock on a run dir for as long as a run uses it.
+
+    Re-entrant within one process (the CLI takes it before building the trainer,
+    the trainer takes it again), so nesting costs nothing; another process gets
+    :class:`RunDirBusyError` at once, naming the holder.
+    """
+
+    _held: dict[Path, list[Any]] = {}  # resolved run dir -> [fd, depth]; one entry per process
+    _guard = threading.Lock()
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._acquired = False
+
+    def acquire(self) -> RunLock:
+        if self._acquired:
+            return self
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / LOCK_FILE
+            os.close(os.open(probe, os.O_RDWR | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise RunDirBusyError(f"run dir {self.run_dir} cannot be written ({exc.strerror or exc}); choose a "
+                                  "writable run_dir=<dir>") from None
+        key = self.run_dir.resolve()
+        with RunLock._guard:
+            held = RunLock._held.get(key)
+            if held is not None:
+                held[1] += 1
+                self._acquired = True
+                return self
+            fd = os.open(key / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunDirBusyError(f"run dir {self.run_dir} is in use by {_describe(holder)}; wait for that "
+                                      "run to end, or choose another run_dir") from None
+            previous = _read_holder(fd)
+            if previous and previous.get("host") == socket.gethostname() and not _alive(previous.get("pid")):
+                print(f"[mbpo] taking over the lock of {self.run_dir} left by pid {previous.get('pid')} on this "
+                      "host, which is no longer running", file=sys.stderr)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                  "command": " ".join(sys.argv)[:200]}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            RunLock._held[key] = [fd, 1]
+        self._acquired = True
+        return self
+
+    def release(self) -> None:
+        """Idempotent; the last release of this process unlocks and empties the lock file."""
+        if not self._acquired:
+            return
+        self._acquired = False
+        key = self.run_dir.resolve()
+        with RunLock._guard:
+            held = RunLock._held.get(key)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del RunLock._held[key]
+            fd = held[0]
+            try:
+                os.ftruncate(fd, 0)  # a clean end leaves no holder behind to take over
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "another process (it has not written its pid yet)"
+    return (f"pid {holder.get('pid')} on host {holder.get('host')} since {holder.get('since')} "
+            f"(`{holder.get('command', '?')}`)")
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def check_belongs(run_dir: str | Path, path: Path, state: dict[str, Any]) -> None:
+    """Refuse a checkpoint that is not this run dir's: another run's identity, a config that does not match
+    the identity it records, or env steps that disagree with its file name (a copied or renamed file).
+    """
+    from mbpo.run.checkpoint import ForeignCheckpointError, checkpoint_steps
+
+    run_dir = Path(run_dir)
+    move = f"move it out of {run_dir / 'checkpoints'} and resume again"
+    steps, named = state["trainer"]["env_steps"], checkpoint_steps(path)
+    if named != steps:
+        raise ForeignCheckpointError(f"{path.name} holds a checkpoint taken at {steps} env steps, not the {named} "
+                                     f"its name says: it was renamed or copied from another run; {move}")
+    ident = RunIdentity.from_dict(state.get("identity"))
+    if ident is None:
+        print(f"[mbpo] {path.name} is an older checkpoint without a run identity: it cannot be checked against "
+              f"{run_dir}", file=sys.stderr)
+        return
+    theirs = config_from_yaml(state["config"])
+    if config_hash(state["config"]) != ident.config_hash:
+        raise ForeignCheckpointError(f"{path.name}'s config does not match the identity it records (edited by "
+                                     f"hand?); {move}")
+    ours = RunIdentity.read(run_dir)
+    if ours is None:  # a run dir without run.json (a checkpoint copied into a new dir to branch a run)
+        ident.write(run_dir, theirs)
+        return
+    if ident != ours:
+        mine = _run_summary(run_dir)
+        raise ForeignCheckpointError(
+            f"{path.name} belongs to another run ({theirs.env.id}, {theirs.agent.name}"
+            f"{', MBPO' if theirs.model.enabled else ''}, seed {theirs.seed}, run id {ident.run_id[:8]}) than "
+            f"{run_dir} ({mine}run id {ours.run_id[:8]}); {move}")
+
+
+def _run_summary(run_dir: Path) -> str:
+    try:
+        info = json.loads((run_dir / IDENTITY_FILE).read_text())
+        return f"{info['env']}, {info['agent']}{', MBPO' if info['mbpo'] else ''}, seed {info['seed']}, "
+    except (OSError, ValueError, KeyError):
+        return ""

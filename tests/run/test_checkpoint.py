@@ -1,0 +1,146 @@
+"""Checkpoint files: atomic, read back before pruning, corrupt ones set aside, and never a code path.
+
+A checkpoint is loaded with ``weights_only=True``: a file that would run code
+when unpickled is refused (and its code never runs); a truncated file is renamed
+``*.corrupt`` and the previous checkpoint is used; the newest ``keep`` are kept
+only once the new one has been read back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from mbpo.data.replay import ModelBuffer
+from mbpo.run import checkpoint as ckpt
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def state(step: int, **extra: object) -> dict:
+    """The smallest state that passes as an mbpo checkpoint."""
+    return {"config": "seed: 0\n", "trainer": {"env_steps": step}, **extra}
+
+
+class RunsCode:
+    """Unpickling this runs ``os.system``: what a malicious checkpoint does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_keeps_the_newest_k(tmp_path: Path) -> None:
+    for step in (100, 200, 300, 400):
+        ckpt.save_checkpoint(tmp_path, step, state(step), keep=2)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000300.pt", "ckpt_000000000400.pt"]
+    path, loaded = ckpt.load_latest(tmp_path)
+    assert loaded == state(400) and path.name.endswith("400.pt")
+
+
+def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt.save_checkpoint(tmp_path, 100, state(100, w=torch.ones(3)), keep=3)
+    real_save = torch.save
+
+    def crash_half_way(obj: object, f: object) -> None:
+        real_save({"partial": True}, f)
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(ckpt.torch, "save", crash_half_way)
+    with pytest.raises(OSError, match="injected"):
+        ckpt.save_checkpoint(tmp_path, 200, state(200, w=torch.zeros(3)), keep=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_000000000100.pt"]  # no temp, no partial
+    _, loaded = ckpt.load_latest(tmp_path)
+    assert torch.equal(loaded["w"], torch.ones(3))
+
+
+def test_a_checkpoint_that_does_not_read_back_prunes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keep=1: the old checkpoint goes only once the new one has been read back."""
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=1)
+
+    def write_garbage(obj: object, f: BinaryIO) -> None:  # a silently bad write (full disk, bad sector)
+        f.write(b"PK\x03\x04 not really a zip")
+
+    monkeypatch.setattr(ckpt.torch, "save", write_garbage)
+    with pytest.raises(ckpt.CorruptCheckpointError, match="did not read back"):
+        ckpt.save_checkpoint(tmp_path, 200, state(200), keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_000000000100.pt", "ckpt_000000000200.pt.corrupt"]
+    assert ckpt.load_latest(tmp_path)[1] == state(100)
+
+
+def test_a_corrupt_newest_is_renamed_and_reported_and_the_previous_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    ckpt.save_checkpoint(tmp_path, 200, state(200), keep=3)
+    os.truncate(tmp_path / "ckpt_000000000200.pt", 100)
+    path, loaded = ckpt.load_latest(tmp_path)
+    assert loaded == state(100) and path.name == "ckpt_000000000100.pt"
+    assert "ckpt_000000000200.pt is unreadable" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_000000000100.pt", "ckpt_000000000200.pt.corrupt"]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt"]  # not counted toward keep
+
+
+def test_no_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ckpt.CheckpointError, match="no checkpoint"):
+        ckpt.load_latest(tmp_path)
+    with pytest.raises(ckpt.CheckpointError, match="does not exist"):
+        ckpt.load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_a_file_that_runs_code_is_refused_and_its_code_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    torch.save({"x": RunsCode(marker)}, tmp_path / "evil.pt")
+    with pytest.raises(ckpt.UnsafeCheckpointError, match=r"posix.system.*--trust-checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "evil.pt")
+    (tmp_path / "checkpoints").mkdir()
+    ckpt.save_checkpoint(tmp_path / "checkpoints", 100, state(100), keep=3)
+    torch.save(state(200, x=RunsCode(marker)), tmp_path / "checkpoints/ckpt_000000000200.pt")
+    with pytest.raises(ckpt.UnsafeCheckpointError):  # never skipped in favour of an older one, never renamed
+        ckpt.load_latest(tmp_path / "checkpoints")
+    assert not marker.exists()
+    assert (tmp_path / "checkpoints/ckpt_000000000200.pt").exists()
+
+
+def test_an_older_checkpoint_loads_only_when_trusted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Format 1 held TensorDicts and numpy's global RNG state: refused by default, loaded on request."""
+    old = state(100, rng={"numpy": np.random.get_state()}, buffer={"data": TensorDict({"obs": torch.ones(2, 3)}, [2])})
+    torch.save(old, tmp_path / "ckpt_000000000100.pt")
+    with pytest.raises(ckpt.UnsafeCheckpointError, match="numpy"):
+        ckpt.load_latest(tmp_path)
+    _, loaded = ckpt.load_latest(tmp_path, trust=True)
+    assert torch.equal(loaded["buffer"]["data"]["obs"], torch.ones(2, 3))
+    assert "full unpickling" in capsys.readouterr().err
+
+
+def test_a_torch_file_that_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "w.pt")
+    with pytest.raises(ckpt.CheckpointError, match="not an mbpo checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "w.pt")
+
+
+def test_model_buffer_checkpoint_holds_only_filled_rows_and_resumes_exactly(tmp_path: Path) -> None:
+    rows = TensorDict({"obs": torch.arange(30.0).reshape(10, 3), "reward": torch.arange(10.0)}, [10])
+    sizes = []
+    for n in (10, 20):
+        buf = ModelBuffer(1_000_000, "cpu")
+        buf.add(rows[: n // 2])
+        buf.add(torch.cat([rows] * 2)[: n - n // 2])
+        path = ckpt.save_checkpoint(tmp_path / str(n), n, state(n, buffer=buf.state_dict()), keep=1)
+        sizes.append(path.stat().st_size)
+        again = ModelBuffer(1, "cpu")
+        again.load_state_dict(ckpt.load_checkpoint(path)["buffer"])
+        g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+        assert (again.capacity, len(again)) == (1_000_000, n)
+        assert (buf.sample(64, g1) == again.sample(64, g2)).all()
+    assert sizes[1] > sizes[0] and sizes[1] < 100_000  # the full ring would be 16 MB
+

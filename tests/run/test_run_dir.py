@@ -1,0 +1,255 @@
+"""A run dir holds one run: locked while it runs, and resume only continues that run, only forward.
+
+Each test reproduces a way a run used to be lost or corrupted (two runs writing
+one dir, another run's checkpoint resumed, a finished run rewritten, the good
+checkpoint pruned for a corrupt one) and checks the refusal or the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mbpo import cli
+from mbpo.config import load_config
+from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
+from mbpo.run.metrics import read_metrics
+from mbpo.run.run_dir import RunIdentity, RunLock, config_hash
+
+pytestmark = pytest.mark.timeout(120)
+
+TINY = ["device=cpu", "progress=false", "eval_every=150", "eval_episodes=2", "log_every=150",
+        "agent.learning_starts=100", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
+        "agent.dqn.hidden_sizes=[32,32]", "checkpoint.every=150", "checkpoint.keep=2", "trainer=sync"]
+HOLD = ("import sys; from mbpo.run.run_dir import RunLock; RunLock(sys.argv[1]).acquire(); "
+        "print('locked', flush=True); sys.stdin.read()")
+
+
+def train(run: Path, *overrides: str, config: str = "configs/pendulum_sac.yaml") -> int:
+    return cli.main(["train", "--config", config, f"run_dir={run}", *TINY, *overrides])
+
+
+def files(run: Path) -> dict[str, bytes]:
+    """Every file of a run dir with its contents (the lock file's content is the holder, not the run)."""
+    return {
+        str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
+
+
+def hold_lock(run: Path) -> subprocess.Popen:
+    """Another process holding ``run``'s lock; returns once it holds it (it says so on stdout)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_train_or_resume_on_a_busy_run_dir_fails_at_once_naming_the_holder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "same"
+    holder = hold_lock(run)
+    try:
+        assert train(run, "total_env_steps=300") == 2
+        err = capsys.readouterr().err
+        assert f"is in use by pid {holder.pid} on host" in err and err.count("\n") == 1 and "Traceback" not in err
+        assert files(run) == {}  # nothing written: no metrics.csv, no config.yaml
+        assert cli.main(["resume", str(run)]) == 2
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert train(run, "total_env_steps=150") == 0  # released when the holder ended
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "stale"
+    holder = hold_lock(run)
+    holder.kill()
+    holder.wait(30)
+    assert str(holder.pid) in (run / ".lock").read_text()  # SIGKILL left its pid behind
+    assert train(run, "total_env_steps=150") == 0
+    assert f"left by pid {holder.pid} on this host, which is no longer running" in capsys.readouterr().err
+    assert (run / ".lock").read_text() == ""  # a clean end leaves no holder
+
+
+def test_the_lock_is_reentrant_within_a_process_and_released_by_the_last_holder(tmp_path: Path) -> None:
+    with RunLock(tmp_path), RunLock(tmp_path):
+        assert str(os.getpid()) in (tmp_path / ".lock").read_text()
+    assert (tmp_path / ".lock").read_text() == ""
+
+
+def test_resume_refuses_another_runs_checkpoint_and_changes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pendulum, cartpole = tmp_path / "pendulum", tmp_path / "cartpole"
+    assert train(pendulum, "total_env_steps=300") == 0
+    assert train(cartpole, "total_env_steps=300", "agent.name=dqn", config="configs/cartpole_dqn.yaml") == 0
+    shutil.copy(cartpole / "checkpoints/ckpt_000000000300.pt", pendulum / "checkpoints/ckpt_000000000450.pt")
+    before = files(pendulum)
+    capsys.readouterr()
+    assert cli.main(["resume", str(pendulum), "total_env_steps=600"]) == 2
+    err = capsys.readouterr().err
+    assert "ckpt_000000000450.pt holds a checkpoint taken at 300 env steps, not the 450" in err
+    os.replace(pendulum / "checkpoints/ckpt_000000000450.pt", pendulum / "checkpoints/ckpt_000000000300.pt")
+    assert cli.main(["resume", str(pendulum), "total_env_steps=600"]) == 2
+    err = capsys.readouterr().err
+    assert "belongs to another run (CartPole-v1, dqn" in err and "(Pendulum-v1, sac" in err
+    assert "Traceback" not in err
+    changed = {k for k in files(pendulum) if files(pendulum)[k] != before.get(k)} - {"checkpoints/ckpt_000000000300.pt"}
+    assert changed == set()  # config.yaml and metrics.csv untouched
+
+
+def test_resuming_a_finished_run_writes_nothing_and_a_shorter_run_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=300") == 0
+    before = files(run)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run)]) == 0
+    assert "is already done (300 of total_env_steps=300 env steps)" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "total_env_steps=100"]) == 2
+    assert "total_env_steps=100 is below the 300 env steps" in capsys.readouterr().err
+    assert files(run) == before
+
+
+def test_a_sync_checkpoint_resumed_at_its_own_env_steps_is_done(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The sync trainer stops between whole vector steps: a mid-run checkpoint of an MBPO run owes nothing (its
+    fits are whole), so a resume with total_env_steps at its env steps has nothing to do and writes nothing.
+    """
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=300", "model.train_freq=50", "model.hidden_sizes=[16,16]",
+                 "model.weight_decay=[0,0,0]", "model.max_epochs=2", "model.rollouts_per_real=4", "agent.utd_ratio=2",
+                 config="configs/pendulum_mbpo.yaml") == 0
+    (run / "checkpoints/ckpt_000000000300.pt").unlink()  # the newest is now the mid-run one at 150
+    before = files(run)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=150"]) == 0
+    assert "is already done (150 of total_env_steps=150 env steps)" in capsys.readouterr().err
+    assert files(run) == before
+
+
+def test_each_resume_is_logged_and_config_yaml_keeps_the_start(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=300") == 0
+    config = (run / "config.yaml").read_text()
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    assert cli.main(["resume", str(run), "total_env_steps=600", "eval_every=300"]) == 0
+    assert (run / "config.yaml").read_text() == config
+    import yaml
+
+    log = yaml.safe_load((run / "resumes.yaml").read_text())
+    assert [(e["at_env_steps"], e["overrides"]) for e in log] == [
+        (300, ["total_env_steps=450"]), (450, ["total_env_steps=600", "eval_every=300"])]
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")] == ["150", "300", "450", "600"]
+    state = load_checkpoint(run / "checkpoints/ckpt_000000000600.pt")
+    assert RunIdentity.from_dict(state["identity"]) == RunIdentity.read(run)
+    on_disk = config_hash((run / "config.yaml").read_text())
+    assert state["identity"]["config_hash"] == config_hash(state["config"]) == on_disk
+
+
+def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The schema grows (agent.obs_norm and agent.compile were added after runs existed): a checkpoint whose
+    stored config lacks them keeps its identity, so resume continues it instead of calling it foreign, and
+    says which keys take today's defaults.
+    """
+    import torch
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    path = run / "checkpoints/ckpt_000000000150.pt"
+    state = load_checkpoint(path)
+    older = "".join(line for line in state["config"].splitlines(keepends=True)
+                    if line.strip() not in ("obs_norm: false", "compile: false"))
+    assert older.count("\n") == state["config"].count("\n") - 2
+    state["config"] = older
+    state["identity"]["config_hash"] = config_hash(older)  # what the run recorded when it was written
+    torch.save(state, path)
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, config_hash(older)).write(run, load_config(None, [f"run_dir={run}"]))
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 0
+    assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")][-1] == "300"
+    assert "config predates agent.obs_norm, agent.compile; the resumed run takes today's defaults" in \
+        capsys.readouterr().err
+
+
+def test_a_checkpoint_whose_config_was_edited_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    path = run / "checkpoints/ckpt_000000000150.pt"
+    state = load_checkpoint(path)
+    assert "gamma: 0.99" in state["config"]
+    state["config"] = state["config"].replace("gamma: 0.99", "gamma: 0.9")
+    torch.save(state, path)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
+    assert "does not match the identity it records" in capsys.readouterr().err
+
+
+def test_resume_skips_a_corrupt_checkpoint_and_never_prunes_the_good_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=300") == 0  # keep=2: ckpt_150, ckpt_300
+    os.truncate(run / "checkpoints/ckpt_000000000300.pt", 100)
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=350"]) == 0
+    err = capsys.readouterr().err
+    assert "ckpt_000000000300.pt is unreadable" in err and "renamed it to ckpt_000000000300.pt.corrupt" in err
+    assert "resuming" in err and "from ckpt_000000000150.pt" in err
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["ckpt_000000000300.pt", "ckpt_000000000300.pt.corrupt", "ckpt_000000000350.pt"]
+    for path in list_checkpoints(run / "checkpoints"):
+        load_checkpoint(path)  # every checkpoint kept is a good one
+
+
+def test_a_checkpoint_dropped_into_a_run_that_would_run_code_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from tests.run.test_checkpoint import RunsCode
+
+    run, marker = tmp_path / "run", tmp_path / "PWNED"
+    assert train(run, "total_env_steps=150") == 0
+    torch.save({"x": RunsCode(marker)}, run / "checkpoints/ckpt_000000000300.pt")
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 2
+    assert cli.main(["eval", "--checkpoint", str(run / "checkpoints/ckpt_000000000300.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("needs full unpickling to load") == 2 and "--trust-checkpoint" in err
+    assert not marker.exists()
+
+
+def test_an_older_checkpoint_resumes_only_with_trust_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A format-1 checkpoint (TensorDicts, numpy's global RNG, no identity) in a run dir without run.json."""
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    path = run / "checkpoints/ckpt_000000000150.pt"
+    old = load_checkpoint(path)
+    old.pop("identity")
+    old["format"], old["rng"] = 1, {"numpy": np.random.get_state()}
+    old["buffer"]["data"] = TensorDict(old["buffer"]["data"], [150])
+    torch.save(old, path)
+    (run / "run.json").unlink()
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
+    assert "needs full unpickling" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "total_env_steps=300", "--trust-checkpoint"]) == 0
+    assert "without a run identity" in capsys.readouterr().err
+    assert RunIdentity.read(run) is not None  # recorded from now on
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0  # new checkpoints need no trust

@@ -1,0 +1,146 @@
+"""A user's mistake is one line on stderr, ``error: <what was wrong and how to fix it>``, and exit 2.
+
+Each case runs ``python -m mbpo`` as a subprocess, as a user would, and checks the exit code, the
+message and that no traceback is printed; a bug keeps its traceback, and ``--debug`` shows it always.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["device=cpu", "progress=false", "total_env_steps=64", "agent.learning_starts=32", "eval_every=64",
+        "eval_episodes=1"]
+
+
+def mbpo(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mbpo", *args], cwd=cwd, capture_output=True, text=True, timeout=100)
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The ``error:`` line, after checking exit 2 and no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    return errors[0]
+
+
+def test_config_errors(tmp_path: Path) -> None:
+    assert "env.num_envs=0 is out of range" in one_error_line(mbpo("train", "env.num_envs=0"))
+    assert "nope.yaml' does not exist" in one_error_line(mbpo("train", "--config", "nope.yaml"))
+    assert "is a directory; expected a YAML file" in one_error_line(mbpo("train", "--config", "configs"))
+    (tmp_path / "broken.yaml").write_text("seed: 0\nenv:\n  id: [Pendulum-v1\n")
+    (tmp_path / "list.yaml").write_text("- seed: 0\n")
+    line = one_error_line(mbpo("train", "--config", str(tmp_path / "broken.yaml")))
+    assert "broken.yaml is not valid YAML" in line and "line 4" in line
+    line = one_error_line(mbpo("train", "--config", str(tmp_path / "list.yaml")))
+    assert "holds a YAML list at the top level" in line
+
+
+def test_env_and_agent_errors(tmp_path: Path) -> None:
+    line = one_error_line(mbpo("train", "env.id=Pendulm-v1", f"run_dir={tmp_path / 'a'}", *FAST))
+    assert "unknown env id 'Pendulm-v1'" in line and "Did you mean: Pendulum-v1" in line
+    line = one_error_line(mbpo("train", "env.id=HalfCheetah-v5", "agent.name=dqn", "model.enabled=false",
+                               f"run_dir={tmp_path / 'b'}", *FAST))
+    assert "agent.name=dqn needs a discrete action space" in line and "use agent.name=sac" in line
+    line = one_error_line(mbpo("train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST))
+    assert "need about" in line and "GiB" in line and "lower env.num_envs to at most" in line
+
+
+def test_env_factory_errors(tmp_path: Path) -> None:
+    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
+                               f"run_dir={tmp_path / 'a'}"))
+    assert "env.factory='examples.nope:make_env' cannot be imported: no module named 'examples.nope'" in line
+    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
+                               f"run_dir={tmp_path / 'b'}"))
+    assert "env.factory='envs.base:check_num_envs' returned builtins.int; expected an envs.VecEnv" in line
+
+
+def test_task_rule_errors(tmp_path: Path) -> None:
+    """A rule that does not import, or returns the wrong thing on real transitions, stops the start-up."""
+    line = one_error_line(mbpo("train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST))
+    assert "model.reward='nowhere_module:fn': importing 'nowhere_module' failed with ModuleNotFoundError" in line
+    line = one_error_line(mbpo("train", "model.termination=tests.models.test_rules:pendulum_reward",
+                               f"run_dir={tmp_path / 'b'}", *FAST))
+    assert "returned torch.float32 (1,) on cpu; expected a tensor of torch.bool, shape (1,)" in line
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 3, reason="this machine has a cuda:3")
+def test_a_device_this_machine_lacks(tmp_path: Path) -> None:
+    line = one_error_line(mbpo("train", *FAST, "device=cuda:3", f"run_dir={tmp_path / 'r'}"))
+    assert "device='cuda:3' was requested but this machine has" in line
+
+
+def test_a_device_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's mismatch lists every component on its own line; the CLI folds it into one (a CPU-only
+    machine cannot build a real mismatch from the command line, so the trainer raises it here).
+    """
+    from mbpo import cli
+    from mbpo.device.plan import DeviceMismatchError
+
+    def mismatch(*args: object) -> None:
+        raise DeviceMismatchError("device plan: cuda:0\n  env: cpu\n  learner actor: cuda:0\nset env.device=cuda:0")
+
+    monkeypatch.setattr("mbpo.trainers.make_trainer", mismatch)
+    assert cli.main(["train", "device=cpu", "progress=false"]) == 2
+    err = capsys.readouterr().err
+    assert "error: device plan: cuda:0; env: cpu; learner actor: cuda:0; set env.device=cuda:0\n" in err
+
+
+def test_checkpoint_and_run_dir_errors(tmp_path: Path) -> None:
+    assert "checkpoint 'nope.pt' does not exist" in one_error_line(mbpo("eval", "--checkpoint", "nope.pt"))
+    (tmp_path / "ckpt_000000000100.pt").write_bytes(b"PK\x03\x04 truncated")
+    assert "is unreadable" in one_error_line(mbpo("eval", "--checkpoint", str(tmp_path / "ckpt_000000000100.pt")))
+    assert "--episodes 0 is not allowed" in one_error_line(mbpo("eval", "--checkpoint", "nope.pt", "--episodes", "0"))
+    assert "does not exist" in one_error_line(mbpo("resume", str(tmp_path / "no-run")))
+    line = one_error_line(mbpo("train", "run_dir=/proc/mbpo-run", *FAST))
+    assert "run dir /proc/mbpo-run cannot be written" in line and "writable run_dir" in line
+    run = tmp_path / "run"
+    assert mbpo("train", f"run_dir={run}", "trainer=sync", *FAST).returncode == 0
+    assert "already holds a run with checkpoints" in one_error_line(mbpo("train", f"run_dir={run}", *FAST))
+
+
+def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = mbpo("train", "seed=1", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'r'}",
+                  "trainer=sync", *FAST)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2].startswith("[mbpo] 64 env steps,") and f"run dir {tmp_path / 'r'}" in lines[-2]
+    assert '"last_eval_return"' in lines[-1] and '"last_eval_env_steps": 64' in lines[-1]
+    debug = mbpo("--debug", "train", "env.id=Pendulm-v1", *FAST)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
+
+
+def test_what_is_not_a_checkpoint_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run dir names its newest checkpoint; another file is 'not a checkpoint', without torch's advice to
+    load it with weights_only=False (which would be wrong: it is no torch file at all).
+    """
+    from mbpo import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", f"run_dir={run}", *FAST]) == 0
+    capsys.readouterr()
+    for path in (run, run / "checkpoints"):
+        assert cli.main(["eval", "--checkpoint", str(path)]) == 2
+        assert (f"error: {path} is a directory (a run dir?); expected a checkpoint file; its newest checkpoint is "
+                f"{run / 'checkpoints' / 'ckpt_000000000064.pt'}") in capsys.readouterr().err
+    (tmp_path / "notes.json").write_text('{"a": 1}\n')
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "notes.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path / 'notes.json'} is not a checkpoint: not a file torch.save writes" in err
+    assert "weights_only" not in err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--num-envs", "0"), ("--steps", "-1")])
+def test_rollout_refuses_what_it_cannot_run(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    assert cli.main(["rollout", flag, value, "--device", "cpu"]) == 2
+    assert f"error: {flag} {value} is not allowed; expected at least 1" in capsys.readouterr().err
