@@ -78,8 +78,9 @@ def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsy
         runs.append(tmp_path / name)
         assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={runs[-1]}", *TINY, *extra]) == 0
     data = curves(runs)
-    assert set(data) == {"Pendulum-v1 SAC, utd 1", "Pendulum-v1 SAC, utd 2"}  # the config's utd_ratio is 1
-    two = data["Pendulum-v1 SAC, utd 1"]
+    sync = ", sync trainer"  # TINY runs the sync trainer
+    assert set(data) == {f"Pendulum-v1 SAC, utd 1{sync}", f"Pendulum-v1 SAC, utd 2{sync}"}  # the config's utd is 1
+    two = data[f"Pendulum-v1 SAC, utd 1{sync}"]
     assert two["seeds"] == [0, 1] and two["x"] == [150.0, 300.0]
     evals = [[float(r["eval_return"]) for r in read_metrics(run / "metrics.csv")] for run in runs[:2]]
     per_eval = list(zip(*evals, strict=True))
@@ -128,7 +129,7 @@ def test_a_factory_env_trains_evaluates_resumes_and_plots_from_the_cli(tmp_path:
     with pytest.warns(UserWarning, match="PointReach cannot save its simulator state"):
         assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
     assert last_json(capsys.readouterr().out)["env_steps"] == 450
-    assert list(curves([run])) == ["PointReach SAC, utd 1"]
+    assert list(curves([run])) == ["PointReach SAC, utd 1, sync trainer"]
 
 
 @pytest.mark.parametrize(("env_id", "name"), [

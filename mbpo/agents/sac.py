@@ -197,13 +197,21 @@ class SAC:
 
     @property
     def critic(self) -> BatchedMLP:
-        """The N online critics, one batched network ``[N, B, 1]``."""
+        """The N online critics, one batched network ``[N, B, 1]`` (``self.critics.net``)."""
         return self.critics.net
+
+    @critic.setter
+    def critic(self, net: BatchedMLP) -> None:
+        self.critics.net = net
 
     @property
     def target_critic(self) -> BatchedMLP | None:
-        """The Polyak-averaged target critics; None under CrossQ."""
+        """The Polyak-averaged target critics; None under CrossQ (``self.critics.target``)."""
         return self.critics.target
+
+    @target_critic.setter
+    def target_critic(self, net: BatchedMLP | None) -> None:
+        self.critics.target = net
 
     # --- acting ---------------------------------------------------------------------------------
     @property
