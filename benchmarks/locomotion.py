@@ -31,6 +31,7 @@ env steps >= 1.5x same-ratio SAC's and >= 2x SB3's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import statistics
@@ -346,7 +347,11 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dic
 
         result["published"] = {m: {"source": c["source"], "near_33333": near(c, 33_333)} for m, c in published.items()}
     existing = [d for learner in LEARNERS for d in dirs[learner] if (d / "metrics.csv").is_file()]
-    if existing:
+    if existing and importlib.util.find_spec("matplotlib") is None:
+        # A chart is not worth a failed invocation: a queue of runs stops at a failed one.
+        print("[locomotion] no charts: matplotlib is not installed (pip install -e '.[plots]'); the JSON line has "
+              "every figure", file=sys.stderr)
+    elif existing:
         result["plot"] = str(draw(env, existing, root / f"{env}_learning_curves.png", paper, published))
         for learner in ("mbpo", best):
             model_dirs = [d for d in dirs[learner] if (d / "metrics.csv").is_file()]
