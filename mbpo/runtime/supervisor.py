@@ -9,6 +9,9 @@ while the restart budget lasts; after that the run stops cleanly and raises
 ``collector_timeout_s`` is hung: a process is terminated and replaced; a
 thread, which cannot be killed, is abandoned (its env is closed, which
 releases a simulator stuck in ``step``) and the run goes on with the rest.
+That time counts only while the trainer itself runs: a trainer stopped
+(SIGSTOP, a debugger) stopped its collector threads too, so a gap between
+two checks longer than ``UNOBSERVED_S`` is no collector's silence.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from mbpo.runtime.collectors import Collector, NonFiniteEnvError
 from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.timing import UNOBSERVED_S
 
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
 
@@ -58,9 +62,13 @@ class CollectorPool:
         max_restarts: int,
         timeout_s: float,
         log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.make_collector, self.gate = make_collector, gate
-        self.max_restarts, self.timeout_s, self.log = max_restarts, timeout_s, log
+        self.max_restarts, self.timeout_s, self.log, self.clock = max_restarts, timeout_s, log, clock
+        self._checked_at = clock()
+        self._gaps: list[tuple[float, float]] = []
+        """(start, end) of the gaps between checks longer than UNOBSERVED_S: time no collector is blamed for."""
         self.collectors: dict[int, Collector] = {i: make_collector(i, 0) for i in range(num_collectors)}
         self.restarts = 0
         self.hung: set[int] = set()
@@ -71,6 +79,7 @@ class CollectorPool:
         progress then, what happened)."""
 
     def start(self) -> None:
+        self._checked_at = self.clock()
         for c in self.collectors.values():
             c.start()
 
@@ -85,17 +94,17 @@ class CollectorPool:
         A hung collector that can be killed (a process) is terminated and replaced like a failed one; a
         thread cannot be killed, so it is abandoned (its env closed) and the run goes on with the rest.
         """
-        now = time.monotonic()
+        now = self._observe()
         for cid, c in list(self.collectors.items()):
             if cid in self.hung:
                 continue
             if c.error is not None:
                 self._failed(cid, c)
-            elif c.is_alive() and now - c.last_beat > self.timeout_s:
+            elif c.is_alive() and self._quiet_s(c.last_beat, now) > self.timeout_s:
                 self.gate.release(c.abandon())
                 c.close()
                 self.retired.append(c)
-                quiet = (f"no sign of progress for {now - c.last_beat:.1f} s "
+                quiet = (f"no sign of progress for {self._quiet_s(c.last_beat, now):.1f} s "
                          f"(runtime.collector_timeout_s={self.timeout_s})")
                 if c.killable:
                     self._replace(cid, c, f"collector {cid} is hung: {quiet}; terminated it", None)
@@ -104,6 +113,26 @@ class CollectorPool:
                     self.log(f"[mbpo] collector {cid} is hung: {quiet}; going on with the rest")
         if len(self.hung) == len(self.collectors):
             raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
+
+    def _observe(self) -> float:
+        """The time of this check; a gap since the last one longer than UNOBSERVED_S is set aside (and said, when
+        it is longer than the timeout itself): the trainer did not run, so neither did its collector threads.
+        """
+        now = self.clock()
+        if now - self._checked_at > UNOBSERVED_S:
+            self._gaps.append((self._checked_at, now))
+            if now - self._checked_at > self.timeout_s:
+                self.log(f"[mbpo] the trainer did not run for {now - self._checked_at:.1f} s (stopped, or in one long "
+                         "call); the collectors' hang timers leave that time out")
+        self._checked_at = now
+        oldest = min((c.last_beat for cid, c in self.collectors.items() if cid not in self.hung), default=now)
+        self._gaps = [g for g in self._gaps if g[1] > oldest]  # a gap before every collector's last beat is spent
+        return now
+
+    def _quiet_s(self, last_beat: float, now: float) -> float:
+        """Seconds since ``last_beat`` that the trainer ran (the gaps set aside left out)."""
+        unobserved = sum(max(0.0, end - max(start, last_beat)) for start, end in self._gaps)
+        return now - last_beat - unobserved
 
     def _failed(self, cid: int, c: Collector) -> None:
         error = c.error
@@ -117,7 +146,7 @@ class CollectorPool:
 
     def _replace(self, cid: int, c: Collector, what: str, error: BaseException | None) -> None:
         """Start the next incarnation from the newest weights while the restart budget lasts."""
-        self.failures.append((cid, c.incarnation, time.monotonic(), c.last_beat, what))
+        self.failures.append((cid, c.incarnation, self.clock(), c.last_beat, what))
         if self.restarts >= self.max_restarts:
             raise CollectorFailure(f"{what}; restart budget spent ({self.restarts}/{self.max_restarts})"
                                    f"{': ' + cause_line(error) if error is not None else ''}") from error

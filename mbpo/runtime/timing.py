@@ -7,13 +7,16 @@ second without the waiting threads costing measurable CPU.
 
 from __future__ import annotations
 
-__all__ = ["POLL_S", "SUPERVISE_EVERY_S", "TERM_GRACE_S", "PROCESS_START_TIMEOUT_S", "RAY_START_TIMEOUT_S",
-           "RAY_BEAT_EVERY_S", "STUCK_LOCK_S", "SEQLOCK_RETRY_S"]
+__all__ = ["POLL_S", "SUPERVISE_EVERY_S", "UNOBSERVED_S", "TERM_GRACE_S", "PROCESS_START_TIMEOUT_S",
+           "RAY_START_TIMEOUT_S", "RAY_BEAT_EVERY_S", "STUCK_LOCK_S", "SEQLOCK_RETRY_S"]
 
 POLL_S = 0.05
 """How often a waiting thread (queue, gate, ring, a collector's pipe or Ray ref) checks for a stop."""
 SUPERVISE_EVERY_S = 0.5
 """The learner checks its workers at least this often, even inside a long chunk of updates."""
+UNOBSERVED_S = 5.0
+"""A gap this long between two of those checks means the trainer did not run (a SIGSTOP, a debugger, a
+suspended VM, one very long call): collector hang timers leave it out, since threads stopped with it."""
 TERM_GRACE_S = 2.0
 """A collector process asked to end gets SIGTERM, then SIGKILL after this long."""
 PROCESS_START_TIMEOUT_S = 120.0
