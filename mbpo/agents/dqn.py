@@ -79,7 +79,9 @@ class DQN:
         self.loss = DQNLoss(
             actor, loss_function=LOSS_FUNCTION, delay_value=True, double_dqn=config.double, action_space=spec
         )
-        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma)
+        # the estimator keeps gamma as a buffer on torch.get_default_device() unless told: on a GPU run that left
+        # the loss on two devices (cpu and cuda), which the device plan refuses at start-up
+        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=config.gamma, device=self.device)
         # HardUpdate copies on the (interval+1)-th step; interval-1 gives "every target_update_interval updates".
         self.target_updater = HardUpdate(self.loss, value_network_update_interval=config.target_update_interval - 1)
         self._keys = self._param_keys()

@@ -17,6 +17,7 @@ from mbpo.agents.base import Agent
 from mbpo.agents.dqn import DQN
 from mbpo.config import DQNConfig
 from mbpo.data.replay import transitions
+from mbpo.device.plan import device_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -288,10 +289,22 @@ def test_learns_a_contextual_bandit() -> None:
     assert accuracy > 0.9
 
 
+def test_every_tensor_of_the_loss_is_on_the_agent_device_whatever_the_default_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torchrl's value estimator puts gamma on torch.get_default_device() unless told: a cuda run had the
+    loss on cpu and cuda and stopped at the device plan. "meta" stands in for the other device here.
+    """
+    monkeypatch.setattr(torch, "get_default_device", lambda: torch.device("meta"))
+    agent = make_agent()
+    assert {t.device.type for t in (*agent.loss.parameters(), *agent.loss.buffers())} == {"cpu"}
+
+
 @pytest.mark.gpu
 def test_cuda_learner_publishes_cpu_state(cuda_device: str) -> None:
     agent, gen = make_agent(device=cuda_device), torch.Generator().manual_seed(10)
     assert next(agent.q_net.parameters()).device.type == "cuda"
+    assert device_of(agent.loss) == torch.device(cuda_device)  # the device plan's start-up check passes
     for _ in range(3):
         agent.update(make_batch(gen, device=cuda_device))
     assert_all_cpu(agent.snapshot())
