@@ -18,7 +18,7 @@ from torch import nn
 import envs
 from mbpo.errors import MbpoError
 
-__all__ = ["DevicePlan", "DeviceMismatchError", "device_of"]
+__all__ = ["DevicePlan", "DeviceMismatchError", "device_of", "same_device"]
 
 ACTING_DEVICE = torch.device("cpu")
 
@@ -52,7 +52,10 @@ def device_of(component: Any) -> torch.device:
     raise TypeError(f"cannot tell the device of {type(component).__name__}; give it a .device attribute")
 
 
-def _same(a: torch.device, b: torch.device) -> bool:
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device: ``cuda`` (no index) is the current CUDA device, so it equals
+    ``cuda:0`` there (``torch.Generator(device="cuda").device`` has no index; a tensor's always has one).
+    """
     if a.type != b.type:
         return False
     if a.type != "cuda":
@@ -86,8 +89,8 @@ class DevicePlan:
         on_cpu = on_cpu or {}
         found = {name: device_of(c) for name, c in on_device.items()}
         found_cpu = {name: device_of(c) for name, c in on_cpu.items()}
-        wrong = [n for n, d in found.items() if not _same(d, self.device)]
-        wrong_cpu = [n for n, d in found_cpu.items() if not _same(d, self.acting_device)]
+        wrong = [n for n, d in found.items() if not same_device(d, self.device)]
+        wrong_cpu = [n for n, d in found_cpu.items() if not same_device(d, self.acting_device)]
         if not wrong and not wrong_cpu:
             return
         lines = [f"device plan is {self.device} (device={self.requested!r}) for env, learner and buffers; "

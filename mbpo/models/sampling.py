@@ -10,6 +10,7 @@ from typing import Protocol
 
 import torch
 
+from mbpo.device.plan import same_device
 from mbpo.models.normalizer import Normalizer
 
 __all__ = ["sample_step", "SamplingModel", "ROW_QUANTUM"]
@@ -58,7 +59,7 @@ def sample_step(
     elite's mean; the elite deal is still random). The draws do not depend on ``batch_size``,
     and on CPU no result does (``ROW_QUANTUM``).
     """
-    if generator.device != model.device:
+    if not same_device(generator.device, model.device):
         raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
     b, e, d = obs.shape[0], model.num_elites, model.target_dim
     x = model.normalizer.normalize(model.inputs(obs, action))

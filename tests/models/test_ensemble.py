@@ -496,3 +496,12 @@ def test_without_learn_reward_there_is_no_reward_head_and_unknown_states_leave_n
     loss = ens._loss(x.unsqueeze(0).expand(ens.ensemble_size, -1, -1), target.expand(ens.ensemble_size, -1, -1),
                      None, weight)
     assert torch.isfinite(loss)
+
+
+@pytest.mark.gpu
+def test_sample_takes_a_generator_made_for_cuda_without_an_index(cuda_device: str) -> None:
+    """``torch.Generator(device="cuda").device`` is ``cuda``, the model's ``cuda:0``: the same device."""
+    ens = DynamicsEnsemble(small_config(), OBS, BOX, cuda_device, seed=0)
+    obs, action = torch.randn(64, OBS, device=cuda_device), torch.rand(64, ACT, device=cuda_device)
+    next_obs, _, _ = ens.sample(obs, action, torch.Generator(device="cuda").manual_seed(0))
+    assert next_obs.shape == (64, OBS) and next_obs.device == torch.device(cuda_device)
