@@ -19,9 +19,12 @@ L = 1.0
 
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), as gymnasium's reset."""
-    high = torch.tensor([math.pi, 1.0], device=device)
-    return (torch.rand(n, 2, generator=generator, device=device) * 2.0 - 1.0) * high
+    """theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), as gymnasium's reset. No tensor from a host list: on CUDA
+    that is a copy from pageable memory, a host sync inside every step that resets an env.
+    """
+    state = torch.rand(n, 2, generator=generator, device=device).mul_(2.0).sub_(1.0)
+    state[:, 0].mul_(math.pi)
+    return state
 
 
 def angle_normalize(x: torch.Tensor) -> torch.Tensor:

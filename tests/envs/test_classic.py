@@ -294,9 +294,11 @@ def test_cuda_env_matches_cpu_and_never_syncs(env_id: str, cuda_device: str) -> 
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
         actions = random_actions(cpu, g)
+        on_gpu = actions.to(cuda_device)  # a copy from pageable host memory syncs: not the step's doing
+        torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")  # any host sync inside step raises
         try:
-            out_gpu = gpu.step(actions.to(cuda_device))
+            out_gpu = gpu.step(on_gpu)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         out_cpu = cpu.step(actions)
@@ -418,3 +420,15 @@ def test_source_picks_gymnasiums_implementation_of_an_id_that_also_has_a_native_
         envs.make("PointMass-v0", 1, source="gymnasium")
     with pytest.raises(ValueError, match="source='isaac' is not allowed"):
         envs.make("CartPole-v1", 1, source="isaac")
+
+
+def test_pendulum_initial_states_are_gymnasiums_draws_scaled_without_a_host_tensor() -> None:
+    """The same numbers as ``(U(0,1) * 2 - 1) * [pi, 1]`` (so seeded runs keep their draws), built without
+    ``torch.tensor([...], device=...)``, which syncs on CUDA (caught by the gpu test above).
+    """
+    from envs.classic.pendulum import initial_state
+
+    for n in (1, 7, 4096):
+        expected = (torch.rand(n, 2, generator=torch.Generator().manual_seed(n)) * 2.0 - 1.0) \
+            * torch.tensor([math.pi, 1.0])
+        assert torch.equal(initial_state(n, torch.Generator().manual_seed(n), torch.device("cpu")), expected)
