@@ -10,7 +10,12 @@
 * ``busy``: computes in Python for ``delay_s`` in every step from ``at_step`` on (a CPU-bound Python
   simulator: it holds the GIL, so threads in one process take turns);
 * ``exit`` / ``sigkill``: the process exits with code 3 / kills itself with SIGKILL (a crashing
-  simulator; only for collectors in their own process, ``runtime.backend=process``).
+  simulator; only for collectors in their own process, ``runtime.backend=process``);
+* ``bad_action``: writes the out-of-range index ``action_space.n`` into row ``env_index`` of the action
+  tensor it was handed, in place (a simulator that edits its input), and steps with the original actions:
+  the collector records an action index no Q-net has (what ``--debug`` on a GPU is for).
+
+:func:`faulty` builds one from ``env.factory=envs.faults:faulty`` with ``env.kwargs``.
 
 Faults fire once (``slow`` and ``busy`` keep going). Pair it with the async trainer's
 ``env_factory(collector_id, incarnation, seed)`` to choose which collectors fail:
@@ -24,15 +29,16 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+import gymnasium as gym
 import torch
 
 from envs.base import StepResult, VecEnv
 
-__all__ = ["FaultyEnv", "FaultyFactory", "InjectedFault", "FAULTS"]
+__all__ = ["FaultyEnv", "FaultyFactory", "InjectedFault", "FAULTS", "faulty"]
 
-FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow", "busy", "exit", "sigkill")
+FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow", "busy", "exit", "sigkill", "bad_action")
 EXIT_CODE = 3
 
 
@@ -51,6 +57,8 @@ class FaultyEnv(VecEnv):
             raise ValueError(f"at_step must be >= 1 (the first step call is 1), got {at_step}")
         if not 0 <= env_index < env.num_envs:
             raise ValueError(f"env_index={env_index} is out of range for num_envs={env.num_envs}")
+        if fault == "bad_action" and not isinstance(env.action_space, gym.spaces.Discrete):
+            raise ValueError(f"fault='bad_action' needs a Discrete action space; the env has {env.action_space}")
         self.env, self.fault, self.at_step, self.env_index = env, fault, at_step, env_index
         self.hang_s, self.delay_s = hang_s, delay_s
         self.num_envs, self.device = env.num_envs, env.device
@@ -89,6 +97,10 @@ class FaultyEnv(VecEnv):
         if self.fault == "hang":
             self._released.wait(self.hang_s)
             raise InjectedFault(f"injected hang at step {self.steps} ended (env closed)")
+        if self.fault == "bad_action":
+            valid = actions.clone()
+            actions[self.env_index] = int(cast(gym.spaces.Discrete, self.action_space).n)
+            return self.env.step(valid)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         if self.fault == "nan_obs":
             obs = obs.clone()
@@ -129,3 +141,13 @@ class FaultyFactory:
         if collector_id in self.collectors and (incarnation == 0 or self.every_incarnation):
             return FaultyEnv(env, self.fault, at_step=self.at_step, **self.options)
         return env
+
+
+def faulty(num_envs: int, device: str, seed: int | None = None, env_id: str = "CartPole-v1",
+           fault: str = "bad_action", at_step: int = 5, env_index: int = 0) -> VecEnv:
+    """An ``env.factory`` for a whole run: ``env_id`` with ``fault`` (e.g. ``env.factory=envs.faults:faulty
+    env.kwargs={fault: bad_action, at_step: 40}``). Every env the run builds has it, the evaluation env too.
+    """
+    from envs.registry import make
+
+    return FaultyEnv(make(env_id, num_envs, device=device, seed=seed), fault, at_step=at_step, env_index=env_index)

@@ -55,6 +55,15 @@ def check_transitions(
         if x.dtype.is_floating_point and not bool(torch.isfinite(x).all()):
             row = int((~torch.isfinite(x.reshape(b, -1))).any(-1).nonzero()[0, 0])
             raise HandoffError(f"{where}: {key} row {row} is not finite: {x[row].tolist()}")
+    if isinstance(action_space, gym.spaces.Discrete):
+        # an action index the Q-net's gather (or the model's one-hot) would read out of bounds: on a GPU that is
+        # a device-side assert reported at some later call, far from the transition that caused it
+        n, start = int(action_space.n), int(action_space.start)
+        outside = (data["action"] < start) | (data["action"] >= start + n)
+        if bool(outside.any()):
+            row = int(outside.nonzero()[0, 0])
+            raise HandoffError(f"{where}: action row {row} is {int(data['action'][row])}; the action space "
+                               f"{action_space} allows [{start}, {start + n})")
 
 
 def check_indices(index: torch.Tensor, size: int, what: str) -> None:

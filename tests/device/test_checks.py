@@ -1,0 +1,61 @@
+"""Debug mode's hand-off checks name the bad transition: here an action index outside a Discrete space,
+which on a GPU would otherwise surface as a device-side assert at some later kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from tensordict import TensorDict
+
+import envs
+from envs.faults import FaultyEnv
+from mbpo import cli
+from mbpo.device.checks import HandoffError, check_transitions
+from mbpo.runtime.supervisor import CollectorFailure
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def batch(actions: list[int]) -> TensorDict:
+    b = len(actions)
+    return TensorDict({"obs": torch.zeros(b, 4), "next_obs": torch.zeros(b, 4), "reward": torch.zeros(b),
+                       "terminated": torch.zeros(b, dtype=torch.bool),
+                       "action": torch.tensor(actions, dtype=torch.int64)}, batch_size=[b])
+
+
+def test_a_discrete_action_outside_the_space_is_named_with_its_row_and_the_range() -> None:
+    check_transitions(batch([0, 1, 1]), "here", torch.device("cpu"), 4, gym.spaces.Discrete(2))
+    with pytest.raises(HandoffError, match=r"here: action row 2 is 2; the action space Discrete\(2\) allows \[0, 2\)"):
+        check_transitions(batch([0, 1, 2]), "here", torch.device("cpu"), 4, gym.spaces.Discrete(2))
+    with pytest.raises(HandoffError, match="action row 0 is -1"):
+        check_transitions(batch([-1]), "here", torch.device("cpu"), 4, gym.spaces.Discrete(2))
+
+
+def test_the_bad_action_fault_edits_the_handed_tensor_and_steps_with_the_original() -> None:
+    env = FaultyEnv(envs.make("CartPole-v1", 3, seed=0), "bad_action", at_step=2, env_index=1)
+    twin = envs.make("CartPole-v1", 3, seed=0)
+    env.reset(seed=0), twin.reset(seed=0)
+    for step in (1, 2, 3):
+        actions = torch.tensor([1, 0, 1])
+        obs, *_ = env.step(actions)
+        assert torch.equal(obs, twin.step(torch.tensor([1, 0, 1]))[0])  # the env stepped the valid actions
+        assert actions.tolist() == ([1, 2, 1] if step == 2 else [1, 0, 1])
+    with pytest.raises(ValueError, match="needs a Discrete action space"):
+        FaultyEnv(envs.make("Pendulum-v1", 1), "bad_action")
+
+
+def test_debug_mode_stops_a_run_at_the_collector_that_handed_over_a_bad_action(tmp_path: Path) -> None:
+    """Without --debug the same run dies in the learner's gather (on a GPU: a device-side assert)."""
+    args = ["train", "--config", "configs/cartpole_dqn.yaml", "env.id=FaultyCartPole-v0",
+            "env.factory=envs.faults:faulty", "env.kwargs={at_step: 3}", "total_env_steps=600",
+            "agent.learning_starts=100", "eval_every=300", "eval_episodes=2", "device=cpu",
+            "runtime.max_restarts=0"]
+    with pytest.raises(CollectorFailure, match=r"collector 0 -> queue: action row 2 is 2; the action space "
+                                               r"Discrete\(2\) allows \[0, 2\)"):
+        cli.main(["--debug", *args, f"run_dir={tmp_path / 'debug'}"])
+    with pytest.raises(RuntimeError, match="index 2 is out of bounds"):
+        cli.main([*args, f"run_dir={tmp_path / 'plain'}"])
