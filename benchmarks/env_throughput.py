@@ -28,6 +28,8 @@ import envs
 from mbpo.run.provenance import machine
 
 COUNTS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
+CUDA_COUNTS = [4096, 65536, 1_048_576]
+"""On a GPU: the sizes a GPU simulator runs, up to 1M envs (small counts are launch-bound and say nothing new)."""
 
 
 def steps_per_s(step: Callable[[], object], num_envs: int, min_time: float) -> float:
@@ -102,7 +104,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu", help="device of the native envs")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd variants")
+    parser.add_argument("--counts", type=int, nargs="+", default=None,
+                        help=f"env counts (default: {COUNTS} on cpu, {CUDA_COUNTS} on cuda)")
     args = parser.parse_args()
+    cuda = args.device.startswith("cuda")
+    counts = args.counts or (CUDA_COUNTS if cuda else COUNTS)
     torch.set_num_threads(args.threads)
 
     host = machine()
@@ -115,14 +121,24 @@ def main() -> None:
         "cpu": host["cpu"],
         "cpu_flags": host["cpu_flags"],  # the CartPole ratio differs between host kinds (AMX or not)
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "device_name": torch.cuda.get_device_name(args.device) if cuda else None,
     }
     native: dict[str, dict[str, float]] = {}
     for env_id in ("Pendulum-v1", "CartPole-v1"):
         native[env_id] = {
             str(n): round(median_rate(functools.partial(native_stepper, env_id, n, args.device), n, 3, args.min_time))
-            for n in COUNTS
+            for n in counts
         }
     result["native_steps_per_s"] = native
+    compiled_top: dict[str, dict[str, float]] = {}
+    if cuda and not args.no_compile:  # where a GPU pays: the compiled step at the largest count
+        top = max(counts)
+        compiled_top = {
+            env_id: {str(top): round(median_rate(
+                functools.partial(native_stepper, env_id, top, args.device, True), top, 3, args.min_time))}
+            for env_id in ("Pendulum-v1", "CartPole-v1")
+        }
+        result["compiled_steps_per_s"] = compiled_top
 
     # Head-to-head pairs, interleaved repeat by repeat.
     pairs = eager_pairs(args.device)
@@ -143,12 +159,16 @@ def main() -> None:
         )
     pairs_measured = {name: head_to_head(*pair, args.repeats, args.min_time) for name, pair in pairs.items()}
     result["head_to_head"] = pairs_measured
-    result["targets"] = {
+    targets = {
         "pendulum_4096_at_least_300x_sync_64": pairs_measured["pendulum_4096_vs_gym_sync_64"]["ratio"] >= 300,
         "cartpole_4096_at_least_1x_numpy_4096": max(
             v["ratio"] for k, v in pairs_measured.items() if k.startswith("cartpole")
         ) >= 1.0,
     }
+    if cuda:
+        pendulum = [*native["Pendulum-v1"].values(), *compiled_top.get("Pendulum-v1", {}).values()]
+        targets["pendulum_at_least_100M_steps_per_s_on_gpu"] = max(pendulum) >= 1e8
+    result["targets"] = targets
     print(json.dumps(result))
 
 

@@ -81,19 +81,20 @@ def random_transitions(n: int, obs_dim: int, act_dim: int, seed: int = 0) -> dic
     }
 
 
-def ours(data: dict[str, torch.Tensor], precision: str, batch: int, compile: bool = False) -> Callable[[int], None]:
+def ours(data: dict[str, torch.Tensor], precision: str, batch: int, device: str,
+         compile: bool = False) -> Callable[[int], None]:
     obs_dim, act_dim = data["obs"].shape[1], data["action"].shape[1]
     agent = SAC(
         SACConfig(hidden_sizes=HIDDEN, precision=precision),
         gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
         gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32),
-        "cpu",
+        device,
         seed=0,
         compile=compile,
     )
     n = data["obs"].shape[0]
-    buffer = make_replay_buffer(n, "cpu", torch.Generator().manual_seed(0))
-    buffer.extend(transitions(**data))
+    buffer = make_replay_buffer(n, device, torch.Generator(device=device).manual_seed(0))
+    buffer.extend(transitions(**{k: v.to(device) for k, v in data.items()}))
 
     def run(k: int) -> None:
         for _ in range(k):
@@ -102,7 +103,7 @@ def ours(data: dict[str, torch.Tensor], precision: str, batch: int, compile: boo
     return run
 
 
-def sb3(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], None]:
+def sb3(data: dict[str, torch.Tensor], batch: int, device: str) -> Callable[[int], None]:
     from stable_baselines3 import SAC as SB3SAC
     from stable_baselines3.common.logger import configure
 
@@ -110,7 +111,7 @@ def sb3(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], None]:
     n = data["obs"].shape[0]
     model = SB3SAC(
         "MlpPolicy", _SpacesOnly(obs_dim, act_dim), batch_size=batch, buffer_size=n, learning_starts=0,
-        policy_kwargs={"net_arch": list(HIDDEN)}, device="cpu", seed=0, verbose=0,
+        policy_kwargs={"net_arch": list(HIDDEN)}, device=device, seed=0, verbose=0,
     )  # fmt: skip
     model.set_logger(configure(folder=None, format_strings=[]))
     rb = model.replay_buffer
@@ -123,7 +124,7 @@ def sb3(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], None]:
     return lambda k: model.train(gradient_steps=k, batch_size=batch)
 
 
-def torchrl_sac(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], None]:
+def torchrl_sac(data: dict[str, torch.Tensor], batch: int, device: str) -> Callable[[int], None]:
     from tensordict import TensorDict
     from tensordict.nn import NormalParamExtractor, TensorDictModule
     from torchrl.data import LazyTensorStorage, ReplayBuffer
@@ -143,6 +144,7 @@ def torchrl_sac(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], No
     qnet = ValueOperator(
         MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=HIDDEN), in_keys=["observation", "action"]
     )
+    actor, qnet = actor.to(device), qnet.to(device)
     loss = SACLoss(actor, qnet, num_qvalue_nets=2, loss_function="l2", target_entropy=-float(act_dim))
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.99)
     updater = SoftUpdate(loss, tau=0.005)
@@ -153,8 +155,8 @@ def torchrl_sac(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], No
          "next": {"observation": data["next_obs"], "reward": data["reward"].unsqueeze(-1), "done": term,
                   "terminated": term}},
         batch_size=[n],
-    )  # fmt: skip
-    rb = ReplayBuffer(storage=LazyTensorStorage(n), batch_size=batch)
+    ).to(device)  # fmt: skip
+    rb = ReplayBuffer(storage=LazyTensorStorage(n, device=device), batch_size=batch)
     rb.extend(td)
 
     def run(k: int) -> None:
@@ -169,25 +171,60 @@ def torchrl_sac(data: dict[str, torch.Tensor], batch: int) -> Callable[[int], No
     return run
 
 
-def rate(run: Callable[[int], None], k: int) -> float:
+def rate(run: Callable[[int], None], k: int, device: str) -> float:
+    """Updates per second; on CUDA the clock stops when the queued kernels have finished."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync()
     start = time.perf_counter()
     run(k)
+    sync()
     return k / (time.perf_counter() - start)
+
+
+def update_flops(obs_dim: int, act_dim: int, batch: int) -> float:
+    """Matrix-multiply FLOPs of one SAC update (elementwise work not counted).
+
+    Per sample, a forward through a net costs 2 * sum(in * out) over its layers and a backward twice
+    that. Critic step: the actor's forward on s', two target critics on (s', a'), two critics forward
+    and backward on (s, a). Actor step: the actor forward and backward on s, two critics forward and
+    backward (input gradients) on (s, a~). So 9 critic forwards' and 3 actor forwards' worth of work.
+    """
+    def forward(sizes: list[int]) -> int:
+        return 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+
+    critic, actor = forward([obs_dim + act_dim, *HIDDEN, 1]), forward([obs_dim, *HIDDEN, 2 * act_dim])
+    return float(batch * (2 + 2 + 2 * 3 + 2 * 3) * critic / 2 + batch * (1 + 3) * actor)
+
+
+def gemm_peak(batch: int, dtype: torch.dtype, device: str, repeats: int = 20) -> float:
+    """FLOP/s of the update's dominant product, [batch, 256] x [256, 256], measured in the same run."""
+    a = torch.randn(batch, HIDDEN[0], device=device, dtype=dtype)
+    b = torch.randn(HIDDEN[0], HIDDEN[1], device=device, dtype=dtype)
+    k = max(10, 2_000_000 // batch)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            torch.mm(a, b)
+
+    run(3)
+    return 2 * batch * HIDDEN[0] * HIDDEN[1] * statistics.median(rate(run, k, device) for _ in range(repeats))
 
 
 def measure(data: dict[str, torch.Tensor], batch: int, bf16: bool, args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved medians for every learner at one shape and batch size, and their ratios."""
-    learners = {"ours_fp32": ours(data, "fp32", batch), "ours_fp32_compiled": ours(data, "fp32", batch, True)}
+    dev = args.device
+    learners = {"ours_fp32": ours(data, "fp32", batch, dev), "ours_fp32_compiled": ours(data, "fp32", batch, dev, True)}
     if bf16:
-        learners |= {"ours_bf16": ours(data, "bf16", batch), "ours_bf16_compiled": ours(data, "bf16", batch, True)}
-    learners |= {"sb3": sb3(data, batch), "torchrl": torchrl_sac(data, batch)}
+        learners |= {"ours_bf16": ours(data, "bf16", batch, dev),
+                     "ours_bf16_compiled": ours(data, "bf16", batch, dev, True)}
+    learners |= {"sb3": sb3(data, batch, dev), "torchrl": torchrl_sac(data, batch, dev)}
     updates = max(3, args.updates * 256 // batch)
     for run in learners.values():
         run(args.warmup)  # compiles the compiled learners
     samples: dict[str, list[float]] = {name: [] for name in learners}
     for _ in range(args.repeats):
         for name, run in learners.items():
-            samples[name].append(rate(run, updates))
+            samples[name].append(rate(run, updates, dev))
     med = {name: statistics.median(v) for name, v in samples.items()}
     row: dict[str, Any] = {f"{name}_updates_per_s": round(v, 1) for name, v in med.items()}
     for precision in ("fp32", "bf16") if bf16 else ("fp32",):
@@ -197,6 +234,12 @@ def measure(data: dict[str, torch.Tensor], batch: int, bf16: bool, args: argpars
         row[f"compiled_vs_eager_{precision}"] = round(med[f"ours_{precision}_compiled"] / med[f"ours_{precision}"], 3)
     row["obs_dim"], row["act_dim"], row["batch_size"], row["updates_per_measurement"] = (
         data["obs"].shape[1], data["action"].shape[1], batch, updates)
+    # the GEMM-bound minimum time of an update: its matmul FLOPs at the same-shape product's measured rate
+    flops = update_flops(row["obs_dim"], row["act_dim"], batch)
+    for precision in ("fp32", "bf16") if bf16 else ("fp32",):
+        bound = gemm_peak(batch, torch.bfloat16 if precision == "bf16" else torch.float32, dev) / flops
+        row[f"gemm_bound_{precision}_updates_per_s"] = round(bound, 1)
+        row[f"compiled_{precision}_over_gemm_bound"] = round(bound / med[f"ours_{precision}_compiled"], 2)
     return row
 
 
@@ -208,14 +251,17 @@ def main() -> None:
     parser.add_argument("--buffer", type=int, default=50_000, help="transitions in each replay buffer")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 8192], help="batch sizes to measure")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (every learner on it, SB3 too)")
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES), help="shapes to measure")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     quiet_torchrl()  # torchrl logs to stdout: keep it one JSON line
-    bf16 = bf16_autocast_supported("cpu")
+    bf16 = bf16_autocast_supported(args.device)
     started = time.perf_counter()
     results: dict[str, Any] = {}
     for batch in args.batch_sizes:
-        for size, (obs_dim, act_dim) in SIZES.items():
+        for size in args.sizes:
+            obs_dim, act_dim = SIZES[size]
             if batch == 256 or size in LARGE_BATCH_SIZES:
                 results[size if batch == 256 else f"{size}_batch{batch}"] = measure(
                     random_transitions(args.buffer, obs_dim, act_dim), batch, bf16, args)
@@ -227,7 +273,9 @@ def main() -> None:
     import stable_baselines3
 
     print(json.dumps({
-        "benchmark": "sac_update_throughput", "device": "cpu", "threads": args.threads, "batch_sizes": args.batch_sizes,
+        "benchmark": "sac_update_throughput", "device": args.device,
+        "device_name": torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else None,
+        "threads": args.threads, "batch_sizes": args.batch_sizes,
         "hidden_sizes": HIDDEN, "repeats": args.repeats,
         "bf16_supported": bf16, "results": results, "targets": TARGETS, "targets_met": met,
         "torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__,
