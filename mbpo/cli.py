@@ -295,5 +295,10 @@ checkpoint and run-dir mistakes; envs never imports mbpo, so its user errors are
 
 
 def one_line(exc: BaseException) -> str:
-    """The message on one line (a device-plan mismatch lists its components on several)."""
-    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    """The message on one line (a device-plan mismatch lists its components on several): lines joined by
+    "; ", except after a line that ends in ":" (a heading and its first item read "Components: env: ...").
+    """
+    out = ""
+    for line in (line.strip() for line in str(exc).splitlines() if line.strip()):
+        out += line if not out else (" " if out.endswith(":") else "; ") + line
+    return out

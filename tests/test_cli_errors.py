@@ -86,12 +86,13 @@ def test_a_device_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], monke
     from mbpo.device.plan import DeviceMismatchError
 
     def mismatch(*args: object) -> None:
-        raise DeviceMismatchError("device plan: cuda:0\n  env: cpu\n  learner actor: cuda:0\nset env.device=cuda:0")
+        raise DeviceMismatchError("device plan: cuda:0. Components:\n  env: cpu\n  learner actor: cuda:0\n"
+                                  "set env.device=cuda:0")
 
     monkeypatch.setattr("mbpo.trainers.make_trainer", mismatch)
     assert cli.main(["train", "device=cpu", "progress=false"]) == 2
     err = capsys.readouterr().err
-    assert "error: device plan: cuda:0; env: cpu; learner actor: cuda:0; set env.device=cuda:0\n" in err
+    assert "error: device plan: cuda:0. Components: env: cpu; learner actor: cuda:0; set env.device=cuda:0\n" in err
 
 
 def test_checkpoint_and_run_dir_errors(tmp_path: Path) -> None:
