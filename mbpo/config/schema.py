@@ -152,7 +152,9 @@ class AgentConfig:
     """torch.compile the SAC update's losses, forward and backward (CUDA graphs on a GPU): same numbers as eager,
     faster once compiled; the first update waits for the compiler (tens of seconds on a CPU)."""
     learning_starts: int = 1000
-    """Env transitions collected with random actions before the first update."""
+    """Env transitions collected with random actions before the first update. With agent.n_step = n, a lower value
+    is raised (with a line) to ((n - 1) * collectors + 1) * env.num_envs, so that some n-step transitions are
+    in the replay buffer when updates start."""
     buffer_size: int = 1_000_000
     """Replay buffer capacity in transitions."""
     sac: SACConfig = field(default_factory=SACConfig)
