@@ -99,13 +99,13 @@ class Trainer:
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
         _resolve_precisions(config, device)
+        self._raise_learning_starts_for_n_step(config)  # before the identity and config.yaml, as precisions
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
         self.clock: Callable[[], float] = time.perf_counter
         """The clock of ``wall_s`` and the rate columns (mbpo.run.throughput); tests swap in a fake one."""
         self._lock = RunLock(self.run_dir)
-        self._raise_learning_starts_for_n_step(config)
         if config.total_env_steps <= config.agent.learning_starts:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
                   f"{config.agent.learning_starts}: this run takes random actions only and trains nothing; raise "

@@ -38,3 +38,15 @@ def test_learning_starts_already_past_the_first_windows_is_kept(tmp_path: Path,
                      "agent.batch_size=16", "total_env_steps=48", "eval_every=48", "eval_episodes=1",
                      f"run_dir={tmp_path / 'r'}"]) == 0
     assert "raised to" not in capsys.readouterr().err
+
+
+def test_a_run_whose_learning_starts_was_raised_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The raised value is what the run's identity and config.yaml record, so its checkpoints resume."""
+    run_dir = tmp_path / "r"
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", "trainer=sync", "device=cpu",
+                     "progress=false", "env.num_envs=8", "agent.n_step=3", "agent.learning_starts=8",
+                     "agent.batch_size=16", "total_env_steps=96", "eval_every=48", "eval_episodes=1",
+                     "checkpoint.every=48", f"run_dir={run_dir}"]) == 0
+    capsys.readouterr()
+    assert cli.main(["resume", str(run_dir), "total_env_steps=144"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 144
