@@ -9,8 +9,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="$ROOT/.venv"
 
 # ensure_venv EXTRAS: create .venv and `pip install -e .[EXTRAS]` unless the
-# same install (pyproject.toml + extras + interpreter) is already there.
+# same install (pyproject.toml + extras + interpreter) is already there. Under a lock where flock exists:
+# two first uses at once (a training and the test suite) would otherwise install over each other.
 ensure_venv() {
+  if command -v flock >/dev/null 2>&1; then
+    (flock 9 && _ensure_venv "$@") 9>"$ROOT/.venv.lock"
+  else
+    _ensure_venv "$@"
+  fi
+}
+
+_ensure_venv() {
   local extras="${1:-}" py="${PYTHON:-python3}" spec="." stamp want
   [[ -n "$extras" ]] && spec=".[$extras]"
   if [[ ! -x "$VENV/bin/python" ]]; then

@@ -28,3 +28,25 @@ def test_each_command_gets_the_extras_it_needs(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("runtime:\n  backend: ray\n")
     assert extras_for("train", f"--config={config}") == "ray"
+
+
+@pytest.mark.skipif(subprocess.run(["bash", "-c", "command -v flock"], capture_output=True).returncode != 0,
+                    reason="no flock on this machine (run_async.sh installs without the lock there)")
+def test_the_install_runs_under_a_lock_so_two_first_uses_cannot_interleave(tmp_path: Path) -> None:
+    """A stand-in .venv/bin/python records whether the lock was held while it 'installed'; a second call
+    finds the stamp and installs nothing.
+    """
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    log = tmp_path / "installs.log"
+    python.write_text(f"""#!/usr/bin/env bash
+if [[ "$1" == --version ]]; then echo "Python 3.11.0"; exit 0; fi
+if [[ "$1 $2 $3" == "-m pip install" ]]; then
+  if flock -n "{tmp_path}/.venv.lock" true; then echo free >>"{log}"; else echo held >>"{log}"; fi
+fi
+""")
+    python.chmod(0o755)
+    script = f"source ./run_async.sh && ROOT={tmp_path} VENV={tmp_path}/.venv && ensure_venv && ensure_venv"
+    subprocess.run(["bash", "-c", script], cwd=ROOT, check=True, capture_output=True, text=True)
+    assert log.read_text().splitlines() == ["held"]
