@@ -6,6 +6,7 @@ May use: everything below the face (runtime, run records, model-based, learners,
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mbpo.config import Config
@@ -31,4 +32,23 @@ def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trus
 
 
 def make_trainer(config: Config, run_dir: str | Path) -> Trainer:
+    """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`)."""
+    raise_learning_starts_for_n_step(config)
     return trainer_class(config)(config, run_dir)
+
+
+def raise_learning_starts_for_n_step(config: Config) -> None:
+    """With ``agent.n_step`` = n, a collector's first transitions reach the replay buffer when its first
+    windows close, after n vector steps: updates that start earlier sample an empty buffer. A new run's
+    updates start no earlier than when some collector must have closed one (the pigeonhole bound over the
+    async trainer's collectors, each with env.num_envs envs; the sync trainer is one).
+    """
+    n_step, num_envs = config.agent.n_step, config.env.num_envs
+    collectors = 1 if config.trainer == "sync" or config.debug else config.runtime.num_collectors
+    needed = ((n_step - 1) * collectors + 1) * num_envs
+    if n_step > 1 and config.agent.learning_starts < needed:
+        print(f"[mbpo] agent.learning_starts={config.agent.learning_starts:,} raised to {needed:,}: with "
+              f"agent.n_step={n_step}, a collector's first transitions reach the replay buffer after {n_step} "
+              f"vector steps of env.num_envs={num_envs:,} ({collectors} collector(s)), and updates need some "
+              "to sample", file=sys.stderr)
+        config.agent.learning_starts = needed

@@ -61,7 +61,6 @@ class AsyncTrainer(Trainer):
 
     def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
         self.num_collectors = 1 if config.debug else config.runtime.num_collectors
-        self.n_step_sources = self.num_collectors
         self._env_factory = env_factory
         super().__init__(config, run_dir)
 

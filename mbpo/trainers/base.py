@@ -99,7 +99,6 @@ class Trainer:
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
         _resolve_precisions(config, device)
-        self._raise_learning_starts_for_n_step(config)  # before the identity and config.yaml, as precisions
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""
         self.resumed_from: ResumePoint | None = None
@@ -261,23 +260,6 @@ class Trainer:
     def check_devices(self) -> None:
         """Start-up assertion: every component on the plan's device, the policy replica on CPU."""
         self.plan.check(self.components, {"policy replica": self.agent.acting_replica})
-
-    n_step_sources = 1
-    """Collectors whose n-step windows fill independently (the async trainer's, each with env.num_envs envs)."""
-
-    def _raise_learning_starts_for_n_step(self, config: Config) -> None:
-        """With ``agent.n_step`` = n, a collector's first transitions reach the replay buffer when its first
-        windows close, after n vector steps: updates that start earlier sample an empty buffer. Updates start
-        no earlier than when some collector must have closed one (the pigeonhole bound over the collectors).
-        """
-        n_step, num_envs = config.agent.n_step, config.env.num_envs
-        needed = ((n_step - 1) * self.n_step_sources + 1) * num_envs
-        if n_step > 1 and config.agent.learning_starts < needed:
-            print(f"[mbpo] agent.learning_starts={config.agent.learning_starts:,} raised to {needed:,}: with "
-                  f"agent.n_step={n_step}, transitions reach the replay buffer {n_step} vector steps of "
-                  f"env.num_envs={num_envs:,} after a collector starts ({self.n_step_sources} collector(s)), and "
-                  "updates need some to sample", file=sys.stderr)
-            config.agent.learning_starts = needed
 
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
