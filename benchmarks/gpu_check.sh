@@ -22,11 +22,16 @@ LOG="$OUT/checks.log"
 JSON="$OUT/bench.jsonl"
 export PYTHONUNBUFFERED=1 RL_WARNINGS=0
 
+# the run dirs of its trainings, each named after its step and removed when the step starts (so a step can run
+# again on a warm machine)
+RUNS=/tmp/gpu-check-runs
+
 # step NAME LIMIT_S COMMAND...: run it under a limit, its output into the log, then its last lines on stdout
 step() {
   local name="$1" limit="$2" start rc
   shift 2
   start=$(date +%s)
+  rm -rf "${RUNS:?}/$name"  # the run dir of a training step is named after it
   echo "=== $name: $*" >>"$LOG"
   timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
   rc=$?
@@ -77,11 +82,11 @@ suite() {
 }
 main_job() {
   (LOG="$OUT/main_gpu.log" step main_job_gpu 150 ./run_async.sh device="$DEV" env.device="$ENV_DEV" "${MAIN[@]}" \
-     run_dir=/tmp/gpu-main-gpu) &
+     run_dir="$RUNS/main_job_gpu") &
   local gpu=$!
-  step main_job_cpu 150 ./run_async.sh device=cpu env.device=cpu "${MAIN[@]}" run_dir=/tmp/gpu-main-cpu
+  step main_job_cpu 150 ./run_async.sh device=cpu env.device=cpu "${MAIN[@]}" run_dir="$RUNS/main_job_cpu"
   wait "$gpu"
-  for d in /tmp/gpu-main-gpu /tmp/gpu-main-cpu; do
+  for d in "$RUNS/main_job_gpu" "$RUNS/main_job_cpu"; do
     echo "--- $d/metrics.csv (env_steps, wall_s, eval_return)" >>"$LOG"
     python3 -c "import csv,sys; [print(r['env_steps'], r['wall_s'], r['eval_return']) for r in csv.DictReader(open(sys.argv[1]))]" \
       "$d/metrics.csv" >>"$LOG" 2>&1
@@ -93,17 +98,17 @@ process_backend() {
      grep -q libcuda /proc/"$p"/maps 2>/dev/null && echo "pid $p maps libcuda: $(tr '\0' ' ' </proc/"$p"/cmdline | cut -c1-90)"
    done >>"$LOG") &
   step process_backend 60 python3 -m mbpo train device="$DEV" env.device="$ENV_DEV" runtime.backend=process \
-    runtime.num_collectors=2 total_env_steps=400 eval_every=200 run_dir=/tmp/gpu-process
+    runtime.num_collectors=2 total_env_steps=400 eval_every=200 run_dir="$RUNS/process_backend"
 }
 wrong_device() {
-  step wrong_device 45 python3 -m mbpo train device=cpu env.device="$ENV_DEV" total_env_steps=200 run_dir=/tmp/gpu-wrong
+  step wrong_device 45 python3 -m mbpo train device=cpu env.device="$ENV_DEV" total_env_steps=200 run_dir="$RUNS/wrong_device"
 }
 bad_action() {
   local fault=(train --config configs/cartpole_dqn.yaml env.id=FaultyCartPole-v0 env.factory=envs.faults:faulty
                "env.kwargs={at_step: 3}" total_env_steps=600 agent.learning_starts=100 eval_every=300 eval_episodes=2
                device="$DEV" env.device="$ENV_DEV" runtime.max_restarts=0)
-  step bad_action_plain 45 ./run_async.sh "${fault[@]}" run_dir=/tmp/gpu-fault-plain
-  step bad_action_debug 45 ./run_async.sh --debug "${fault[@]}" run_dir=/tmp/gpu-fault-debug
+  step bad_action_plain 45 ./run_async.sh "${fault[@]}" run_dir="$RUNS/bad_action_plain"
+  step bad_action_debug 45 ./run_async.sh --debug "${fault[@]}" run_dir="$RUNS/bad_action_debug"
 }
 env_throughput() {
   json env_throughput 150 python3 benchmarks/env_throughput.py --device "$DEV" --repeats 3 --min-time 0.2

@@ -182,31 +182,37 @@ def rate(run: Callable[[int], None], k: int, device: str) -> float:
 
 
 def update_flops(obs_dim: int, act_dim: int, batch: int) -> float:
-    """Matrix-multiply FLOPs of one SAC update (elementwise work not counted).
+    """Matrix-multiply FLOPs of one SAC update (elementwise work not counted), in forward-pass units.
 
-    Per sample, a forward through a net costs 2 * sum(in * out) over its layers and a backward twice
-    that. Critic step: the actor's forward on s', two target critics on (s', a'), two critics forward
-    and backward on (s, a). Actor step: the actor forward and backward on s, two critics forward and
-    backward (input gradients) on (s, a~). So 9 critic forwards' and 3 actor forwards' worth of work.
+    A forward through a net costs 2 * sum(in * out) per sample; a backward that computes weight and input
+    gradients twice that, one that computes input gradients only (the actor step's pass through the
+    critics, whose parameters are detached) once that. Critic step: the actor forward on s' (1 actor),
+    two target critics on (s', a') (2 critic), two critics forward and backward on (s, a) (6 critic).
+    Actor step: the actor forward and backward on s (3 actor), two critics forward and input-gradient
+    backward on (s, a~) (4 critic). In all 12 critic and 4 actor forwards' worth.
     """
     def forward(sizes: list[int]) -> int:
         return 2 * sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
 
     critic, actor = forward([obs_dim + act_dim, *HIDDEN, 1]), forward([obs_dim, *HIDDEN, 2 * act_dim])
-    return float(batch * (2 + 2 + 2 * 3 + 2 * 3) * critic / 2 + batch * (1 + 3) * actor)
+    return float(batch * (12 * critic + 4 * actor))
 
 
-def gemm_peak(batch: int, dtype: torch.dtype, device: str, repeats: int = 20) -> float:
-    """FLOP/s of the update's dominant product, [batch, 256] x [256, 256], measured in the same run."""
+def gemm_peak(batch: int, dtype: torch.dtype, device: str, repeats: int = 5, min_time: float = 0.1) -> float:
+    """FLOP/s of the update's dominant product, [batch, 256] x [256, 256], measured in the same run: the
+    median of ``repeats`` timings of at least ``min_time`` seconds each.
+    """
     a = torch.randn(batch, HIDDEN[0], device=device, dtype=dtype)
     b = torch.randn(HIDDEN[0], HIDDEN[1], device=device, dtype=dtype)
-    k = max(10, 2_000_000 // batch)
 
     def run(n: int) -> None:
         for _ in range(n):
             torch.mm(a, b)
 
     run(3)
+    k = 1
+    while (k / rate(run, k, device)) < min_time:  # grow the count until one timing lasts min_time
+        k *= 4
     return 2 * batch * HIDDEN[0] * HIDDEN[1] * statistics.median(rate(run, k, device) for _ in range(repeats))
 
 

@@ -11,9 +11,10 @@
   simulator: it holds the GIL, so threads in one process take turns);
 * ``exit`` / ``sigkill``: the process exits with code 3 / kills itself with SIGKILL (a crashing
   simulator; only for collectors in their own process, ``runtime.backend=process``);
-* ``bad_action``: writes the out-of-range index ``action_space.n`` into row ``env_index`` of the action
-  tensor it was handed, in place (a simulator that edits its input), and steps with the original actions:
-  the collector records an action index no Q-net has (what ``--debug`` on a GPU is for).
+* ``bad_action``: writes the out-of-range index ``start + n`` of its ``Discrete`` space into row
+  ``env_index`` of the action tensor it was handed, in place (a simulator that edits its input), and steps
+  with the original actions: the collector records an action index no Q-net has (what ``--debug`` on a GPU
+  is for).
 
 :func:`faulty` builds one from ``env.factory=envs.faults:faulty`` with ``env.kwargs``.
 
@@ -99,7 +100,8 @@ class FaultyEnv(VecEnv):
             raise InjectedFault(f"injected hang at step {self.steps} ended (env closed)")
         if self.fault == "bad_action":
             valid = actions.clone()
-            actions[self.env_index] = int(cast(gym.spaces.Discrete, self.action_space).n)
+            space = cast(gym.spaces.Discrete, self.action_space)
+            actions[self.env_index] = int(space.start) + int(space.n)
             return self.env.step(valid)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         if self.fault == "nan_obs":
