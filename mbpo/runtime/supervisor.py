@@ -100,11 +100,11 @@ class CollectorPool:
                 continue
             if c.error is not None:
                 self._failed(cid, c)
-            elif c.is_alive() and self._quiet_s(c.last_beat, now) > self.timeout_s:
+            elif c.is_alive() and (quiet_s := self._quiet_s(c.last_beat, now)) > self.timeout_s:
                 self.gate.release(c.abandon())
                 c.close()
                 self.retired.append(c)
-                quiet = (f"no sign of progress for {self._quiet_s(c.last_beat, now):.1f} s "
+                quiet = (f"no sign of progress for {quiet_s:.1f} s "
                          f"(runtime.collector_timeout_s={self.timeout_s})")
                 if c.killable:
                     self._replace(cid, c, f"collector {cid} is hung: {quiet}; terminated it", None)
