@@ -138,11 +138,41 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     assert still_listening(opened[0]) == set()
 
 
+def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another Ray on this machine (a second run, a test worker beside this one), named by RAY_ADDRESS too: the
+    run neither joins it (Ray's default for ray.init without an address) nor stops it.
+    """
+    code = ("import ray, sys; ray.init(address='local', num_cpus=1, include_dashboard=False); "
+            "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()")
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        assert other.stdout is not None
+        address = other.stdout.readline().strip()
+        assert address, "the other Ray did not start"
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        cfg = tiny_config("runtime.backend=ray")
+        trainer = AsyncTrainer(cfg, cfg.run_dir)
+        ours = ray.get_runtime_context().gcs_address
+        row = trainer.run()
+        assert ours != address and row["env_steps"] == 384 and not ray.is_initialized()
+        assert other.poll() is None  # the other Ray's driver is still there
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        try:
+            other.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(other.pid, signal.SIGKILL)
+            other.wait()
+
+
 @pytest.fixture(scope="module")
 def local_cluster() -> Iterator[str]:
     """One loopback Ray for the fault tests, joined by address (a joined Ray is left running)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    info = ray.init(num_cpus=3, include_dashboard=False, configure_logging=False)
+    info = ray.init(address="local", num_cpus=3, include_dashboard=False, configure_logging=False)
     address = info.address_info["gcs_address"]
     yield address
     ray.shutdown()

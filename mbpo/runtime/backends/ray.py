@@ -14,7 +14,8 @@ when its version is older.
 
 ``runtime.ray.address: null`` starts a private Ray bound to 127.0.0.1 (no
 dashboard UI, no usage stats; Ray's minimal dashboard process for its own API
-still runs, on 127.0.0.1) and shuts it down at the end; ``auto`` or
+still runs, on 127.0.0.1) and shuts it down at the end, whatever other Ray runs
+on the machine or ``RAY_ADDRESS`` names (Ray's own default would join that one); ``auto`` or
 ``ray://host:port`` joins a cluster and leaves it running. Anyone who can reach
 a cluster's ports can run code on it (Ray's token authentication, on by default
 in recent Ray, is all that stands in the way): open a cluster only inside a
@@ -243,8 +244,8 @@ class RayBackend:
             os.environ[LOOPBACK_ENV] = "0"
             self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
             num_cpus = c.num_cpus if c.num_cpus is not None else num_collectors * c.num_cpus_per_collector + 1
-            with stop_signals_blocked():
-                self.ray.init(num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
+            with stop_signals_blocked():  # "local": a new Ray even where RAY_ADDRESS is set or another runs here
+                self.ray.init(address="local", num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
                               configure_logging=False, log_to_driver=True)
             self.started_ray = True
         else:
