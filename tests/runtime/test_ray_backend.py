@@ -139,7 +139,8 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
 
 
 def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(
-        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """Another Ray on this machine (a second run, a test worker beside this one), named by RAY_ADDRESS too: the
     run neither joins it (Ray's default for ray.init without an address) nor stops it.
     """
@@ -157,6 +158,7 @@ def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(
         ours = ray.get_runtime_context().gcs_address
         row = trainer.run()
         assert ours != address and row["env_steps"] == 384 and not ray.is_initialized()
+        assert f"RAY_ADDRESS={address} is set, runtime.ray.address is not" in capsys.readouterr().err
         assert other.poll() is None  # the other Ray's driver is still there
     finally:
         assert other.stdin is not None

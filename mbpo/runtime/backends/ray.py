@@ -244,6 +244,10 @@ class RayBackend:
             os.environ[LOOPBACK_ENV] = "0"
             self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
             num_cpus = c.num_cpus if c.num_cpus is not None else num_collectors * c.num_cpus_per_collector + 1
+            if os.environ.get("RAY_ADDRESS"):
+                print(f"[mbpo] ray: RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set, runtime.ray.address is not: "
+                      "starting a private Ray all the same (runtime.ray.address=auto joins RAY_ADDRESS's)",
+                      file=sys.stderr)
             with stop_signals_blocked():  # "local": a new Ray even where RAY_ADDRESS is set or another runs here
                 self.ray.init(address="local", num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
                               configure_logging=False, log_to_driver=True)
