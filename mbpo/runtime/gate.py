@@ -6,9 +6,9 @@ Asynchronously, nothing forces them, so collectors ask :meth:`RatioGate.reserve`
 before each batch and wait while the learner's update backlog is larger than
 ``tolerance`` of the data so far, capped at ``max_lead`` transitions (so the
 lead, and the age of the policy that collects, does not grow with the run;
-at least one batch, so the run can always move) or more than one model training is owed (one may be in flight while
-collection goes on). The learner never runs
-ahead either: it only issues the updates ingested data has earned.
+at least one batch, so the run can always move), or while more than one model
+training is owed (one may be in flight while collection goes on). The learner
+never runs ahead either: it only issues the updates ingested data has earned.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from mbpo.model_based.learner import budget_start, trainings_earned
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["RatioGate"]
-
 
 
 class RatioGate:
@@ -46,9 +45,9 @@ class RatioGate:
         self.tolerance = tolerance
         self.min_lead = min_lead
         self.max_lead = max_lead
+        """Absolute cap on the lead (runtime.max_lead); 0 = only the relative ``tolerance`` bound."""
         self.model_start = 0 if train_freq is None else budget_start(train_freq, learning_starts)
         """Where model trainings count from (a resumed run takes its model's, ``ModelBased.budget_start``)."""
-        """Absolute cap on the lead (runtime.max_lead); 0 = only the relative ``tolerance`` bound."""
         self.reserved = 0
         """Transitions handed to collectors (env steps taken or about to be)."""
         self.ingested = 0
