@@ -1,0 +1,128 @@
+"""How well can a dynamics ensemble fit a finished run's real data, and where is its error?
+
+Prints one JSON line. From a run's checkpoint it takes the real replay buffer, fits a fresh ensemble (the
+run's ``model`` config, or a variant of it) on the first ``--split`` rows for ``--epochs`` epochs with no early
+stopping, and after chosen epochs scores the elites' mean prediction on a random holdout of those rows and on
+the next 2,500 rows (data the model never saw, as the run's ``model_err_delta`` scores each new batch). Errors
+are MSE over the target's variance on the training rows, per state dimension and averaged (0 exact, about 1
+no better than the mean). Variants, each against ``base`` (the run's config) in the same run:
+
+* ``wdK``: the weight decays times K (overfitting would fall with more decay);
+* ``wideW``: 4 hidden layers of W units (a model short of capacity would gain from width).
+
+It answers whether a task's model error is the fit's (more epochs, more width) or the data's, and which state
+dimensions carry it. Threads: one (``--threads``), beside other work.
+
+    python benchmarks/model_fit_probe.py runs/<dir>/checkpoints/ckpt_000000030000.pt --epochs 150
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from mbpo.config import ModelConfig, config_from_yaml
+from mbpo.models.ensemble import DynamicsEnsemble
+from mbpo.models.training import fit_data, train_epoch
+from mbpo.run.provenance import machine
+
+FUTURE_ROWS = 2500
+"""Rows after the split the model is scored on: one evaluation interval of the locomotion runs."""
+REPORT_EPOCHS = (10, 40, 80, 150, 300)
+
+
+def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
+    """The run's model config with one change (``base``, ``wdK``, ``wideW``)."""
+    config = copy.deepcopy(base)
+    if variant == "base":
+        return config
+    if variant.startswith("wd"):
+        config.weight_decay = [w * float(variant[2:]) for w in config.weight_decay]
+    elif variant.startswith("wide"):
+        config.hidden_sizes = [int(variant[4:])] * len(config.hidden_sizes)
+    else:
+        raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10) or wideW (e.g. wide400)")
+    return config
+
+
+def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, epochs: int, seed: int,
+          precision: str) -> dict[str, Any]:  # fmt: skip
+    """Fit a fresh ensemble on rows ``[0, split)``; score holdout and future rows after the reported epochs."""
+    obs, action, reward, next_obs = rows["obs"], rows["action"], rows["reward"], rows["next_obs"]
+    space = gym.spaces.Box(-1.0, 1.0, (action.shape[1],))
+    model = DynamicsEnsemble(model_config, obs.shape[1], space, "cpu", seed=seed, precision=precision)
+    past, future = slice(0, split), slice(split, split + FUTURE_ROWS)
+    x, target, _, _ = fit_data(model, obs[past], action[past], reward[past], next_obs[past], None, None)
+    gen = torch.Generator().manual_seed(seed)
+    n_hold = min(int(split * model_config.holdout_ratio), model_config.max_holdout)
+    perm = torch.randperm(split, generator=gen)
+    hold, train = perm[:n_hold], perm[n_hold:]
+    boot = torch.randint(len(train), (model.ensemble_size, len(train)), generator=gen)
+    x_future = model.normalizer.normalize(model.inputs(obs[future], action[future]))
+    t_future = model.targets(obs[future], reward[future], next_obs[future])
+    var = target.var(0)
+    curve, start = [], time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        model.train()
+        train_epoch(model, x[train], target[train], None, boot)
+        model.eval()
+        if epoch not in REPORT_EPOCHS and epoch != epochs:
+            continue
+        with torch.no_grad():
+            holdout_mse = model.prediction_mse(x[hold], target[hold])
+            elites = holdout_mse.argsort()[: model.num_elites]
+            err_hold = ((model.raw_rows(x[hold])[0][elites].mean(0) - target[hold]) ** 2).mean(0) / var
+            err_future = ((model.raw_rows(x_future)[0][elites].mean(0) - t_future) ** 2).mean(0) / var
+        curve.append({"epoch": epoch, "holdout": round(float(err_hold[:-1].mean()), 4),
+                      "future": round(float(err_future[:-1].mean()), 4),
+                      "future_reward": round(float(err_future[-1]), 4),
+                      "s": round(time.perf_counter() - start, 1)})
+        print(f"[model_fit_probe] {curve[-1]}", flush=True)
+    return {"curve": curve, "future_per_dim": [round(float(v), 3) for v in err_future[:-1]],
+            "holdout_per_dim": [round(float(v), 3) for v in err_hold[:-1]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", type=Path, help="a run's checkpoint (it holds the real replay buffer)")
+    parser.add_argument("--split", type=int, default=25000, help="fit on rows [0, split), score the next 2,500")
+    parser.add_argument("--epochs", type=int, default=150)
+    parser.add_argument("--variants", default="base,wd10,wide400")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    ckpt = torch.load(args.checkpoint, weights_only=False, map_location="cpu")  # our own run's file
+    config = config_from_yaml(ckpt["config"])
+    data, written = ckpt["buffer"]["data"], int(ckpt["buffer"]["writer"]["_write_count"])
+    if written < args.split + FUTURE_ROWS or written > len(data["obs"]):
+        raise SystemExit(f"error: the checkpoint holds {written} real rows (a full ring buffer is not supported); "
+                         f"--split {args.split} needs at least {args.split + FUTURE_ROWS}")
+    rows = {k: data[k][:written] for k in ("obs", "action", "reward", "next_obs", "next_obs_valid")}
+    if not bool(rows["next_obs_valid"].all()):
+        raise SystemExit("error: some rows lack their true next observation; this probe needs every one")
+    result: dict[str, Any] = {"benchmark": "model_fit_probe", "checkpoint": str(args.checkpoint),
+                              "env": config.env.id, "split": args.split, "future_rows": FUTURE_ROWS,
+                              "epochs": args.epochs, "precision": args.precision, "threads": args.threads,
+                              "machine": machine(), "variants": {}}
+    for variant in args.variants.split(","):
+        print(f"[model_fit_probe] {variant}", flush=True)
+        result["variants"][variant] = probe(rows, variant_config(config.model, variant), args.split, args.epochs,
+                                            args.seed, args.precision)
+    base = result["variants"].get("base")
+    if base is not None:
+        for v in result["variants"].values():
+            v["future_over_base"] = round(v["curve"][-1]["future"] / base["curve"][-1]["future"], 3)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
