@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,12 @@ REPORT_EPOCHS = (10, 40, 80, 150, 300)
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     """The run's model config with one change (``base``, ``wdK``, ``wideW``)."""
     config = copy.deepcopy(base)
-    if variant == "base":
-        return config
-    if variant.startswith("wd"):
-        config.weight_decay = [w * float(variant[2:]) for w in config.weight_decay]
-    elif variant.startswith("wide"):
-        config.hidden_sizes = [int(variant[4:])] * len(config.hidden_sizes)
-    else:
+    decay, width = re.fullmatch(r"wd(\d+(?:\.\d+)?)", variant), re.fullmatch(r"wide([1-9]\d*)", variant)
+    if decay:
+        config.weight_decay = [w * float(decay[1]) for w in config.weight_decay]
+    elif width:
+        config.hidden_sizes = [int(width[1])] * len(config.hidden_sizes)
+    elif variant != "base":
         raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10) or wideW (e.g. wide400)")
     return config
 
@@ -100,6 +100,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    variants = args.variants.split(",")
+    for variant in variants:  # a typo stops here, not after the load and the first variant's minutes
+        variant_config(ModelConfig(), variant)
+    if not args.checkpoint.is_file():
+        raise SystemExit(f"error: no file at {args.checkpoint}; expected a run's checkpoint, "
+                         "e.g. runs/<dir>/checkpoints/ckpt_000000030000.pt")
     ckpt = torch.load(args.checkpoint, weights_only=False, map_location="cpu")  # our own run's file
     config = config_from_yaml(ckpt["config"])
     data, written = ckpt["buffer"]["data"], int(ckpt["buffer"]["writer"]["_write_count"])
@@ -113,7 +119,7 @@ def main() -> None:
                               "env": config.env.id, "split": args.split, "future_rows": FUTURE_ROWS,
                               "epochs": args.epochs, "precision": args.precision, "threads": args.threads,
                               "machine": machine(), "variants": {}}
-    for variant in args.variants.split(","):
+    for variant in variants:
         print(f"[model_fit_probe] {variant}", flush=True)
         result["variants"][variant] = probe(rows, variant_config(config.model, variant), args.split, args.epochs,
                                             args.seed, args.precision)

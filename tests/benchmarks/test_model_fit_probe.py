@@ -50,3 +50,14 @@ def test_variants_change_one_thing_and_an_unknown_one_is_refused_by_name() -> No
     assert model_fit_probe.variant_config(SMALL, "base") == SMALL
     with pytest.raises(SystemExit, match="unknown variant 'deep3'; expected base, wdK"):
         model_fit_probe.variant_config(SMALL, "deep3")
+
+
+def test_a_missing_checkpoint_or_a_bad_variant_stops_before_any_load(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "ckpt_000000030000.pt"
+    monkeypatch.setattr(sys, "argv", ["model_fit_probe.py", str(missing)])
+    with pytest.raises(SystemExit, match="no file at .*ckpt_000000030000.pt; expected a run's checkpoint"):
+        model_fit_probe.main()
+    monkeypatch.setattr(sys, "argv", ["model_fit_probe.py", str(missing), "--variants", "base,wide"])
+    with pytest.raises(SystemExit, match="unknown variant 'wide'"):
+        model_fit_probe.main()
