@@ -31,7 +31,7 @@ import torch
 
 from mbpo.config import ModelConfig, config_from_yaml
 from mbpo.models.ensemble import DynamicsEnsemble
-from mbpo.models.training import fit_data, train_epoch
+from mbpo.models.training import fit_data, select_elites, train_epoch
 from mbpo.run.provenance import machine
 
 FUTURE_ROWS = 2500
@@ -50,6 +50,12 @@ def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
     elif variant != "base":
         raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10) or wideW (e.g. wide400)")
     return config
+
+
+def per_dim_error(model: DynamicsEnsemble, elites: list[int], x: torch.Tensor, target: torch.Tensor,
+                  var: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """The elites' mean prediction's MSE per target dimension over ``var`` (state deltas, then the reward)."""
+    return ((model.raw_rows(x)[0][elites].mean(0) - target) ** 2).mean(0) / var
 
 
 def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, epochs: int, seed: int,
@@ -76,10 +82,9 @@ def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, 
         if epoch not in REPORT_EPOCHS and epoch != epochs:
             continue
         with torch.no_grad():
-            holdout_mse = model.prediction_mse(x[hold], target[hold])
-            elites = holdout_mse.argsort()[: model.num_elites]
-            err_hold = ((model.raw_rows(x[hold])[0][elites].mean(0) - target[hold]) ** 2).mean(0) / var
-            err_future = ((model.raw_rows(x_future)[0][elites].mean(0) - t_future) ** 2).mean(0) / var
+            elites = select_elites(model.prediction_mse(x[hold], target[hold]), model.num_elites)
+            err_hold = per_dim_error(model, elites, x[hold], target[hold], var)
+            err_future = per_dim_error(model, elites, x_future, t_future, var)
         curve.append({"epoch": epoch, "holdout": round(float(err_hold[:-1].mean()), 4),
                       "future": round(float(err_future[:-1].mean()), 4),
                       "future_reward": round(float(err_future[-1]), 4),
