@@ -11,7 +11,11 @@ no better than the mean). Variants, each against ``base`` (the run's config) in 
 * ``wideW``: 4 hidden layers of W units (a model short of capacity would gain from width).
 
 It answers whether a task's model error is the fit's (more epochs, more width) or the data's, and which state
-dimensions carry it. Threads: one (``--threads``), beside other work.
+dimensions carry it. At the last epoch it also asks whether the model knows where it is wrong: on the future
+rows, how the rows' error ranks against two uncertainties a rollout could drop branches by (the elites'
+disagreement, as M2AC, and their predicted variance, as MOPO), and what error is left when only the most
+certain half, 80% or 90% of rows are kept (against keeping the truly best rows, the bound). Threads: one
+(``--threads``), beside other work.
 
     python benchmarks/model_fit_probe.py runs/<dir>/checkpoints/ckpt_000000030000.pt --epochs 150
 """
@@ -37,6 +41,7 @@ from mbpo.run.provenance import machine
 FUTURE_ROWS = 2500
 """Rows after the split the model is scored on: one evaluation interval of the locomotion runs."""
 REPORT_EPOCHS = (10, 40, 80, 150, 300)
+KEEP_FRACTIONS = (0.5, 0.8, 0.9)
 
 
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
@@ -58,6 +63,39 @@ def per_dim_error(model: DynamicsEnsemble, elites: list[int], x: torch.Tensor, t
     return ((model.raw_rows(x)[0][elites].mean(0) - target) ** 2).mean(0) / var
 
 
+def rank_correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman's rank correlation (ties broken by order; the rows here are continuous)."""
+    ra, rb = (v.argsort(stable=True).argsort().double() for v in (a, b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+
+
+def kept_error(error: torch.Tensor, score: torch.Tensor, fraction: float) -> float:
+    """Mean ``error`` of the ``fraction`` of rows with the lowest ``score``, over the mean error of all rows."""
+    keep = score.argsort(stable=True)[: max(int(len(score) * fraction), 1)]
+    return float(error[keep].mean() / error.mean())
+
+
+def uncertainty_check(model: DynamicsEnsemble, elites: list[int], x: torch.Tensor, target: torch.Tensor,
+                      var: torch.Tensor) -> dict[str, Any]:  # fmt: skip
+    """Does an uncertainty the model gives rank the rows' true errors? Per row, over state dimensions (each
+    over ``var``): the elites' mean prediction's squared error, the variance of the elites' means
+    (disagreement) and the elites' mean predicted variance.
+    """
+    mean, logvar, _ = model.raw_rows(x)
+    mean, predicted = mean[elites][..., :-1], logvar[elites][..., :-1].exp()
+    scale = var[:-1]
+    error = ((mean.mean(0) - target[:, :-1]) ** 2 / scale).mean(-1)
+    scores = {"disagreement": (mean.var(0, unbiased=False) / scale).mean(-1),
+              "predicted_var": (predicted.mean(0) / scale).mean(-1)}
+    result: dict[str, Any] = {name: {"rank_correlation": round(rank_correlation(score, error), 3),
+                                     "kept_error": {str(f): round(kept_error(error, score, f), 3)
+                                                    for f in KEEP_FRACTIONS}}
+                              for name, score in scores.items()}
+    result["bound_kept_error"] = {str(f): round(kept_error(error, error, f), 3) for f in KEEP_FRACTIONS}
+    return result
+
+
 def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, epochs: int, seed: int,
           precision: str) -> dict[str, Any]:  # fmt: skip
     """Fit a fresh ensemble on rows ``[0, split)``; score holdout and future rows after the reported epochs."""
@@ -75,6 +113,7 @@ def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, 
     t_future = model.targets(obs[future], reward[future], next_obs[future])
     var = target.var(0)
     curve, start = [], time.perf_counter()
+    uncertainty: dict[str, Any] = {}
     for epoch in range(1, epochs + 1):
         model.train()
         train_epoch(model, x[train], target[train], None, boot)
@@ -85,13 +124,15 @@ def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, 
             elites = select_elites(model.prediction_mse(x[hold], target[hold]), model.num_elites)
             err_hold = per_dim_error(model, elites, x[hold], target[hold], var)
             err_future = per_dim_error(model, elites, x_future, t_future, var)
+            if epoch == epochs:
+                uncertainty = uncertainty_check(model, elites, x_future, t_future, var)
         curve.append({"epoch": epoch, "holdout": round(float(err_hold[:-1].mean()), 4),
                       "future": round(float(err_future[:-1].mean()), 4),
                       "future_reward": round(float(err_future[-1]), 4),
                       "s": round(time.perf_counter() - start, 1)})
         print(f"[model_fit_probe] {curve[-1]}", flush=True)
     return {"curve": curve, "future_per_dim": [round(float(v), 3) for v in err_future[:-1]],
-            "holdout_per_dim": [round(float(v), 3) for v in err_hold[:-1]]}
+            "holdout_per_dim": [round(float(v), 3) for v in err_hold[:-1]], "future_uncertainty": uncertainty}
 
 
 def main() -> None:

@@ -61,3 +61,54 @@ def test_a_missing_checkpoint_or_a_bad_variant_stops_before_any_load(tmp_path: P
     monkeypatch.setattr(sys, "argv", ["model_fit_probe.py", str(missing), "--variants", "base,wide"])
     with pytest.raises(SystemExit, match="unknown variant 'wide'"):
         model_fit_probe.main()
+
+
+def test_rank_correlation_and_kept_error_on_hand_computed_rows() -> None:
+    error = torch.tensor([4.0, 1.0, 3.0, 0.0])
+    # ranks 3 1 2 0 against 0 1 2 3: 1 - 6 * (9 + 0 + 0 + 9) / (4 * 15)
+    assert model_fit_probe.rank_correlation(error, error * 10) == pytest.approx(1.0)
+    assert model_fit_probe.rank_correlation(error, -error) == pytest.approx(-1.0)
+    assert model_fit_probe.rank_correlation(error, torch.tensor([1.0, 2.0, 3.0, 4.0])) == pytest.approx(-0.8)
+    # the two rows of lowest score are the errors 1 and 0: mean 0.5 over the mean 2.0
+    assert model_fit_probe.kept_error(error, error, 0.5) == pytest.approx(0.25)
+    assert model_fit_probe.kept_error(error, -error, 0.5) == pytest.approx(1.75)
+
+
+class TwoElites:
+    """Two members' fixed predictions of [state delta, reward] for four rows: the spread is known by hand."""
+
+    def raw_rows(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        mean = torch.tensor([[[1.0, 0.0], [0.5, 0.0], [-1.0, 0.0], [2.0, 0.0]],
+                             [[1.0, 0.0], [1.5, 0.0], [-3.0, 0.0], [2.0, 0.0]]])
+        logvar = torch.tensor([0.0, 1.0, 2.0, 3.0]).log()[None, :, None].expand(2, 4, 2)
+        return mean, logvar, None
+
+
+def test_uncertainty_check_ranks_rows_by_the_elites_spread_and_their_predicted_variance() -> None:
+    # elites' means 1, 1, -2, 2 against targets 1, 1, 0, 2: errors 0, 0, 4, 0 (over var 1);
+    # spread (variance of the two means) 0, 0.25, 1, 0; predicted variance 0, 1, 2, 3
+    target, var = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [2.0, 0.0]]), torch.ones(2)
+    check = model_fit_probe.uncertainty_check(TwoElites(), [0, 1], torch.zeros(4, 3), target, var)  # type: ignore[arg-type]
+    # the half of least spread (rows 0 and 3) has error 0; of least predicted variance (rows 0, 1) too
+    assert check["disagreement"]["kept_error"]["0.5"] == 0.0
+    assert check["predicted_var"]["kept_error"]["0.5"] == 0.0
+    # 90% of 4 rows is 3: least spread keeps rows 0, 3, 1 (errors 0); least predicted variance 0, 1, 2
+    assert check["disagreement"]["kept_error"]["0.9"] == 0.0
+    assert check["predicted_var"]["kept_error"]["0.9"] == pytest.approx(4 / 3, abs=1e-3)  # over the mean 1
+    assert check["bound_kept_error"] == {"0.5": 0.0, "0.8": 0.0, "0.9": 0.0}
+
+
+def test_the_elites_disagree_most_where_they_are_wrong_off_the_training_data() -> None:
+    """Future rows half like the training rows, half three times as far out, of a quadratic system: the model
+    is wrong out there and its members disagree there, so keeping the most certain half keeps little error.
+    """
+    split, n = 600, model_fit_probe.FUTURE_ROWS
+    rows = linear_rows(split + n)
+    far = torch.arange(split + n) >= split + n // 2
+    rows["obs"][far] *= 3
+    rows["next_obs"] = rows["obs"] + 0.1 * rows["obs"] ** 2 + 0.2 * rows["action"]
+    result = model_fit_probe.probe(rows, SMALL, split, epochs=20, seed=0, precision="fp32")
+    check = result["future_uncertainty"]["disagreement"]
+    assert check["rank_correlation"] > 0.5
+    assert check["kept_error"]["0.5"] < 0.1  # 1 would be no better than dropping rows at random
+    assert result["future_uncertainty"]["bound_kept_error"]["0.5"] <= check["kept_error"]["0.5"]
