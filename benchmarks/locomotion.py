@@ -142,7 +142,7 @@ def run_sb3(env: str, seed: int, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     logger = MetricsLogger(run_dir, STEPS, progress=False)
     eval_env = DummyVecEnv([lambda: gym.make(ENVS[env])])
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     class Evaluate(BaseCallback):
         def _on_step(self) -> bool:
@@ -151,7 +151,8 @@ def run_sb3(env: str, seed: int, run_dir: Path) -> None:
                 returns, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True,
                                              warn=False)
                 logger.log({"env_steps": self.num_timesteps, "updates": self.model._n_updates,
-                            "wall_s": round(time.perf_counter() - start, 3), "eval_return": float(returns)})
+                            "wall_s": round(time.perf_counter() - start, 3),
+                            "cpu_s": round(time.process_time() - cpu_start, 3), "eval_return": float(returns)})
             return True
 
     model = SAC("MlpPolicy", gym.make(ENVS[env]), learning_starts=10_000, seed=seed, device="cpu", verbose=0)
@@ -225,6 +226,7 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         last = rows[-1]
         run: dict[str, Any] = {
             "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
+            "cpu_s": _float(last.get("cpu_s")),  # None for runs logged before metrics.csv had it
             "done": _done(run_dir), "returns": returns_at(evals),
             "score": last_evals_mean(evals), "cpu_flags": _cpu_flags(run_dir),
             # steady state (no start-up: mbpo.run.throughput.steady_rate) and the whole run's average beside it
@@ -246,6 +248,9 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     out["score_range"] = [min(scores), max(scores)] if scores else None
     walls = [r["wall_s"] for r in runs if r["done"]]
     out["median_wall_s"] = round(statistics.median(walls), 1) if walls else None
+    cpus = [r["cpu_s"] for r in runs if r["done"]]
+    known = [c for c in cpus if c is not None]
+    out["median_cpu_s"] = round(statistics.median(known), 1) if known and len(known) == len(cpus) else None
     out["seeds_done"] = sum(r["done"] for r in runs)
     return out
 
@@ -333,10 +338,11 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dic
         if summary["runs"]:
             result["learners"][learner] = summary
     learners = result["learners"]
-    base_wall = learners.get("mbpo", {}).get("median_wall_s")
-    for summary in learners.values():  # compute cost: wall-clock per 30k env steps against today's MBPO
-        wall = summary["median_wall_s"]
-        summary["wall_over_mbpo"] = round(wall / base_wall, 2) if wall and base_wall else None
+    for clock in ("wall", "cpu"):  # compute cost per 30k env steps against today's MBPO: wall-clock, and the
+        base = learners.get("mbpo", {}).get(f"median_{clock}_s")  # CPU seconds (not loosened by a shared machine)
+        for summary in learners.values():
+            own = summary[f"median_{clock}_s"]
+            summary[f"{clock}_over_mbpo"] = round(own / base, 2) if own and base else None
     paper = paper_curve(ENVS[env])
     if paper is not None:
         result["mbpo_paper"] = {"source": paper["source"],

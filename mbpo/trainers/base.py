@@ -104,6 +104,8 @@ class Trainer:
         self.resumed_from: ResumePoint | None = None
         self.clock: Callable[[], float] = time.perf_counter
         """The clock of ``wall_s`` and the rate columns (mbpo.run.throughput); tests swap in a fake one."""
+        self._cpu_origin = time.process_time()
+        """This process's CPU seconds when this trainer was built: ``cpu_s`` counts from here."""
         self._lock = RunLock(self.run_dir)
         if config.total_env_steps <= config.agent.learning_starts:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
@@ -171,6 +173,7 @@ class Trainer:
         self.learning_env_steps = 0  # env transitions that earned updates (after learning_starts)
         self.updates_issued = 0  # update() calls so far: floor(learning_env_steps * utd_ratio), no float drift
         self.wall_s = 0.0
+        self._cpu_before: float | None = 0.0  # the CPU seconds of earlier invocations (a checkpoint's)
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
         self.last_eval_stats: dict[str, float] = {}
@@ -278,6 +281,16 @@ class Trainer:
             else:
                 yield from sample_batches(self.buffer, batch_size, n, self.config.debug)
 
+    def cpu_s(self) -> float | None:
+        """The run's CPU seconds, summed over resumes: this process's, every thread of it (the learner, the model
+        thread, the thread backend's collectors), so a run that shares the machine is costed by what it used,
+        where ``wall_s`` also counts its waits for a core. Process and Ray collectors are not in it. None after
+        resuming a checkpoint that did not record it.
+        """
+        if self._cpu_before is None:
+            return None
+        return self._cpu_before + time.process_time() - self._cpu_origin
+
     def eval_seed(self) -> int:
         return self.seed("eval", self.env_steps)
 
@@ -288,6 +301,7 @@ class Trainer:
             "env_steps": self.env_steps,
             "updates": self.agent.num_updates,
             "wall_s": round(timing["wall_s"], 3),
+            "cpu_s": None if (cpu := self.cpu_s()) is None else round(cpu, 3),
             "train_return": float(np.mean(self._recent_returns)) if self._recent_returns else None,
             "eval_return": self.last_eval_return if evaluated else None,
             **(self.last_eval_stats if evaluated else {}),
@@ -313,6 +327,7 @@ class Trainer:
             "learning_env_steps": self.learning_env_steps,
             "updates_issued": self.updates_issued,
             "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s(),
             "last_eval_return": self.last_eval_return,
             "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
@@ -341,6 +356,7 @@ class Trainer:
         t = state["trainer"]
         self.env_steps, self.learning_env_steps = t["env_steps"], t["learning_env_steps"]
         self.updates_issued, self.wall_s = t["updates_issued"], t["wall_s"]
+        self._cpu_before = t.get("cpu_s")  # None: written by an mbpo that did not count CPU seconds
         self.last_eval_return = t["last_eval_return"]
         self.last_eval_env_steps = t.get("last_eval_env_steps")
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)

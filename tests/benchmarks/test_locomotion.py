@@ -17,15 +17,19 @@ import locomotion  # noqa: E402
 pytestmark = pytest.mark.timeout(60)
 
 
-def finished_run(run_dir: Path, returns: list[float]) -> None:
-    """A finished run's metrics.csv (an evaluation every 2,500 env steps from 5,000) and run.json."""
+def finished_run(run_dir: Path, returns: list[float], wall_per_eval: float = 10.0,
+                 cpu_per_eval: float | None = None) -> None:
+    """A finished run's metrics.csv (an evaluation every 2,500 env steps from 5,000; ``cpu_s`` only when
+    ``cpu_per_eval`` is given, as runs logged before the column) and run.json.
+    """
     run_dir.mkdir(parents=True)
     with open(run_dir / "metrics.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["env_steps", "wall_s", "eval_return", "env_steps_per_s"])
+        writer.writerow(["env_steps", "wall_s", "eval_return", "env_steps_per_s", "cpu_s"])
         for i, value in enumerate(returns):
             steps = 5_000 + 2_500 * i
-            writer.writerow([steps, 10.0 * (i + 1), value, 250.0])
+            cpu = "" if cpu_per_eval is None else cpu_per_eval * (i + 1)
+            writer.writerow([steps, wall_per_eval * (i + 1), value, 250.0, cpu])
     (run_dir / "run.json").write_text(json.dumps({"done": True}))
 
 
@@ -41,3 +45,20 @@ def test_the_report_is_printed_without_matplotlib_and_says_there_are_no_charts(
     assert "plot" not in result
     assert "no charts: matplotlib is not installed" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_compute_cost_is_a_ratio_to_mbpo_by_wall_clock_and_by_cpu_seconds_where_every_run_has_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer that waited for a core half the time: twice MBPO's wall-clock, the same CPU seconds."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    returns = [100.0 * i for i in range(11)]
+    for seed in (0, 1):
+        finished_run(tmp_path / "hopper" / f"mbpo-s{seed}", returns, wall_per_eval=10.0, cpu_per_eval=9.0)
+        finished_run(tmp_path / "hopper" / f"redq-s{seed}", returns, wall_per_eval=20.0, cpu_per_eval=9.0)
+    finished_run(tmp_path / "hopper" / "crossq-s0", returns, wall_per_eval=5.0, cpu_per_eval=4.5)
+    finished_run(tmp_path / "hopper" / "crossq-s1", returns, wall_per_eval=5.0)  # logged without cpu_s
+    learners = locomotion.report("hopper", tmp_path, [0, 1])["learners"]
+    assert learners["mbpo"]["median_cpu_s"] == 99.0  # the last row's, 11 evaluations in
+    assert (learners["redq"]["wall_over_mbpo"], learners["redq"]["cpu_over_mbpo"]) == (2.0, 1.0)
+    assert learners["crossq"]["wall_over_mbpo"] == 0.5
+    assert learners["crossq"]["median_cpu_s"] is None and learners["crossq"]["cpu_over_mbpo"] is None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.metrics import read_metrics
 from mbpo.run.throughput import Throughput, interval_rates, steady_rate
 from mbpo.trainers import SyncTrainer
@@ -95,3 +98,27 @@ def test_sync_rows_rate_each_logging_interval_and_a_resume_from_its_checkpoint(t
     rows = read_metrics(tmp_path / "metrics.csv")
     assert [r["env_steps"] for r in rows] == ["100", "200", "300", "400", "500", "600"]
     check_intervals(rows[3:], at_resume)  # measured from the checkpoint's counters and wall_s, not from 0
+
+
+def test_cpu_s_is_this_process_s_cpu_seconds_summed_over_resumes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cpu_s`` reads the process's CPU clock (faked: a second per reading), counts from the trainer's start,
+    and a resume adds its own to the checkpoint's; a checkpoint that did not record it leaves the column empty.
+    """
+    monkeypatch.setattr(time, "process_time", FakeClock(start=5000.0, tick=1.0))
+    half = SyncTrainer(tiny(tmp_path, "total_env_steps=300", "checkpoint.every=300"), tmp_path)
+    half.run()
+    first = [float(r["cpu_s"]) for r in read_metrics(tmp_path / "metrics.csv")]
+    assert 0 < first[0] < first[1] < first[2] < 100  # from the trainer's start, not the clock's origin
+    monkeypatch.setattr(time, "process_time", FakeClock(start=9000.0, tick=1.0))  # a new process's clock
+    resumed = SyncTrainer.resume(tmp_path, ["total_env_steps=400"])
+    resumed.run()
+    after = [float(r["cpu_s"]) for r in read_metrics(tmp_path / "metrics.csv")][3:]
+    assert first[2] < after[0] < first[2] + 100  # carried from the checkpoint, plus the resume's own
+
+    ckpt = list_checkpoints(tmp_path / "checkpoints")[-1]
+    state = torch.load(ckpt, weights_only=True)
+    del state["trainer"]["cpu_s"]  # as an mbpo that did not count CPU seconds wrote it
+    torch.save(state, ckpt)
+    SyncTrainer.resume(tmp_path, ["total_env_steps=500"]).run()
+    assert read_metrics(tmp_path / "metrics.csv")[-1]["cpu_s"] == ""

@@ -18,7 +18,7 @@ from mbpo.trainers.async_telemetry import AsyncTelemetry
 from mbpo.trainers.base import INTERVAL_COLUMNS, TIME_PARTS
 
 pytestmark = pytest.mark.timeout(120)
-TIMING = {"wall_s", *RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)}
+TIMING = {"wall_s", "cpu_s", *RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)}
 
 
 def tiny(run_dir: Path, *overrides: str) -> Config:
