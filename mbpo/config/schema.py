@@ -223,6 +223,12 @@ class ModelConfig:
     """Model steps are the elite's mean prediction, not a draw from its Gaussian (what mbrl-lib's
     ModelEnv.step(sample=False) does; the paper's MBPO and mbrl-lib's both sample). The elite is still drawn per
     transition."""
+    rollout_keep_fraction: float = 1.0
+    """M2AC's masking rate (Pan et al. 2020): each rollout step keeps only this fraction of its branches, those
+    whose step the elites are surest of (one-vs-rest KL), and ends the rest unstored; 1.0 keeps all (MBPO).
+    Below 1, every elite predicts every branch (num_elites times the rollouts' model FLOPs), and a branch lives
+    h steps with probability keep_fraction^h (M2AC's code rolls masked branches on, unstored; here they end).
+    M2AC used 0.5 for one-step rollouts. For a model that is unsure in places (docs/notes/walker2d-target.md)."""
     learned_termination: bool = False
     """Learn a termination head even where a termination rule exists (the env's termination_fn or a known
     rule for env.id); not with model.termination."""

@@ -108,6 +108,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.epoch_length": (1, None, True),
     "model.retain_epochs": (1, None, True),
     "model.real_ratio": (0, 1, True),
+    "model.rollout_keep_fraction": (0, 1, False),
     "model.rollout_batch_size": (1, None, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
@@ -196,6 +197,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.num_elites={config.model.num_elites} is out of range; expected at most "
                           f"model.ensemble_size={config.model.ensemble_size}")
     m = config.model
+    if m.enabled and m.rollout_keep_fraction < 1 and m.num_elites < 2:
+        raise ConfigError(f"model.rollout_keep_fraction={m.rollout_keep_fraction} ranks branches by how much the "
+                          f"elites disagree, which needs model.num_elites >= 2 (it is {m.num_elites}); raise "
+                          "num_elites or set rollout_keep_fraction=1.0")
     if len(m.weight_decay) != len(m.hidden_sizes) + 1 or not all(w >= 0 for w in m.weight_decay):
         raise ConfigError(f"model.weight_decay={m.weight_decay!r} is not allowed; expected "
                           f"{len(m.hidden_sizes) + 1} non-negative values (one per hidden layer plus the output)")

@@ -253,7 +253,7 @@ class ModelBased:
         _, stats = branched_rollouts(
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
             self.generator, reward=self.reward, batch_size=self.config.rollout_batch_size, sink=self._store,
-            deterministic=self.config.deterministic_rollouts,
+            deterministic=self.config.deterministic_rollouts, keep_fraction=self.config.rollout_keep_fraction,
         )
         # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run
         # sees the previous pair, not the new steps over the old count.
@@ -344,6 +344,7 @@ class ModelBased:
             "rollout_mean_length": None if roll is None else roll.stored / started,
             "rollout_terminated_frac": None if roll is None else roll.terminated / started,
             "rollout_nonfinite_frac": None if roll is None else roll.nonfinite / started,
+            "rollout_masked_frac": None if roll is None else roll.masked / started,
             "rollout_termination_rate": None if roll is None else roll.terminated / max(roll.stored, 1),
         }
 

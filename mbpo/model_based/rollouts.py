@@ -7,7 +7,9 @@ learner's own exploring policy. A branch ends when it terminates (the task's
 termination rule, else the ensemble's learned termination head; see
 mbpo.models.rules), or when the model predicts a non-finite or absurdly large
 state or reward: that transition is dropped, counted, and never reaches the
-model buffer. A given reward rule replaces the ensemble's reward.
+model buffer. A given reward rule replaces the ensemble's reward. With ``keep_fraction`` below 1 (M2AC's
+masking), each step keeps only that fraction of its live branches, those whose step the elites are surest
+of; the others end there, unstored.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ class EnsembleLike(Protocol):
         deterministic: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]: ...
 
+    def sample_scored(
+        self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
+        deterministic: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]: ...
+
 
 class RolloutPolicy(Protocol):
     """What rollouts act with (the agents): noise for every branch of a step at once, then actions for any
@@ -64,6 +71,8 @@ class RolloutStats:
     """Branches ended by (predicted) termination."""
     length: int
     """Rollout length used (steps per branch at most)."""
+    masked: int = 0
+    """Branches ended because the elites were less sure of their step than of the kept ones (keep_fraction)."""
 
 
 def rollout_length(schedule: list[int], epoch: float) -> int:
@@ -108,6 +117,7 @@ def branched_rollouts(
     batch_size: int | None = None,
     sink: Callable[[TensorDict], None] | None = None,
     deterministic: bool = False,
+    keep_fraction: float = 1.0,
 ) -> tuple[TensorDict, RolloutStats]:
     """Roll ``length`` model steps from every row of ``start_obs``; return the kept transitions.
 
@@ -123,6 +133,12 @@ def branched_rollouts(
     ``batch_size``. The task's rules see a whole step at once. With ``sink`` each step's transitions go there as
     soon as they exist (the model buffer: no copy of the whole rollout is held) and the returned batch is
     empty. One host sync per step (dropping ended branches).
+
+    ``keep_fraction`` < 1 (M2AC, Pan et al. 2020, its masking rate): of each step's branches that are not
+    absurd, only the ``floor(keep_fraction * n)`` of lowest uncertainty (the one-vs-rest KL of
+    :func:`mbpo.models.sampling.one_vs_rest_kl`) are stored and go on; the rest end, counted in ``masked``.
+    Every elite then predicts every branch. (M2AC's own code rolls masked branches on, unstored; here a step
+    the model is unsure of seeds no further steps.)
     """
     obs = start_obs
     pieces: list[TensorDict] = []
@@ -131,7 +147,12 @@ def branched_rollouts(
         if obs.shape[0] == 0:
             break
         action = _act(policy, obs, policy.rollout_noise(obs.shape[0], generator), batch_size)
-        next_obs, model_reward, term_logit = ensemble.sample(obs, action, generator, batch_size, deterministic)
+        score = None
+        if keep_fraction < 1.0:
+            next_obs, model_reward, term_logit, score = ensemble.sample_scored(obs, action, generator, batch_size,
+                                                                               deterministic)
+        else:
+            next_obs, model_reward, term_logit = ensemble.sample(obs, action, generator, batch_size, deterministic)
         step_reward = reward(obs, action, next_obs) if reward is not None else model_reward
         if step_reward is None:
             raise ValueError("the ensemble learns no reward and no reward function was given: cannot reward branches")
@@ -144,6 +165,9 @@ def branched_rollouts(
         bad = (~torch.isfinite(next_obs).all(-1) | ~torch.isfinite(step_reward)
                | (next_obs.abs() > obs_limit).any(-1))
         keep = ~bad
+        if score is not None:
+            keep = _most_certain(score, keep, keep_fraction)
+            stats.masked += int((~bad & ~keep).sum())
         terminated = terminated & keep
         n_bad, n_term = (int(x) for x in torch.stack((bad.sum(), terminated.sum())).tolist())
         stats.nonfinite, stats.terminated = stats.nonfinite + n_bad, stats.terminated + n_term
@@ -157,6 +181,17 @@ def branched_rollouts(
         obs = next_obs[keep & ~terminated]
     batch = torch.cat(pieces) if pieces else TensorDict({}, batch_size=[0])
     return batch, stats
+
+
+def _most_certain(score: torch.Tensor, live: torch.Tensor, keep_fraction: float) -> torch.Tensor:
+    """The ``floor(keep_fraction * live.sum())`` rows of ``live`` with the lowest ``score`` (ties: the
+    earlier row), as a mask.
+    """
+    n = int(keep_fraction * int(live.sum()) + 1e-9)  # 0.29 * 100 is 28.999...: still 29
+    order = score.masked_fill(~live, float("inf")).argsort(stable=True)[:n]
+    trusted = torch.zeros_like(live)
+    trusted[order] = True
+    return trusted
 
 
 def _act(policy: RolloutPolicy, obs: torch.Tensor, noise: torch.Tensor, batch_size: int | None) -> torch.Tensor:

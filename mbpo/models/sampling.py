@@ -13,7 +13,7 @@ import torch
 from mbpo.device.plan import same_device
 from mbpo.models.normalizer import Normalizer
 
-__all__ = ["sample_step", "SamplingModel", "ROW_QUANTUM"]
+__all__ = ["sample_step", "sample_step_scored", "one_vs_rest_kl", "SamplingModel", "ROW_QUANTUM"]
 
 ROW_QUANTUM = 32
 """Sampling runs every matmul and activation on a multiple of this many rows per member. On CPU a row in a
@@ -96,3 +96,61 @@ def sample_step(
     reward = draw[:, -1] if model.learn_reward else None
     return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, out_logit
 
+
+
+@torch.no_grad()
+def sample_step_scored(
+    model: SamplingModel, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator,
+    batch_size: int | None = None, deterministic: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:  # fmt: skip
+    """:func:`sample_step`, plus each row's uncertainty (:func:`one_vs_rest_kl`), for which every elite
+    predicts every row (``E`` times the forward FLOPs). The same draws as :func:`sample_step` (the elite
+    deal, then the Gaussian noise), so a row goes through the elite it would there; rows run in whole
+    ``ROW_QUANTUM`` tiles, at most ``batch_size`` rows in all per block.
+    """
+    if not same_device(generator.device, model.device):
+        raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
+    b, e, d = obs.shape[0], model.num_elites, model.target_dim
+    x = model.normalizer.normalize(model.inputs(obs, action))
+    perm = torch.randperm(b, generator=generator, device=model.device)
+    eps = torch.randn((b, d), generator=generator, device=model.device)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(b, device=model.device)
+    chosen, eps = inv % e, eps.index_select(0, inv)  # row i: permuted position inv[i], elite inv[i] % E
+    params, block = model.inference_params(model.elite_index)
+    step = min(block or b, b if batch_size is None else max(batch_size // e, 1))
+    step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
+    pad = -b % step
+    xp = torch.cat((x, x[:1].expand(pad, -1))) if pad else x
+    means, logvars, logits = [], [], []
+    for s in range(0, b, step):
+        mean, logvar, logit = model.raw(xp[s : s + step], params)  # [E, step, d]: every elite, every row
+        means.append(mean)
+        logvars.append(logvar)
+        logits.append(logit)
+    mean, logvar = torch.cat(means, 1)[:, :b], torch.cat(logvars, 1)[:, :b]
+    rows = torch.arange(b, device=model.device)
+    draw = mean[chosen, rows] if deterministic else mean[chosen, rows] + (0.5 * logvar[chosen, rows]).exp() * eps
+    out_logit = None
+    if model.learn_termination:
+        out_logit = torch.cat(logits, 1)[:, :b][chosen, rows]  # type: ignore[arg-type]  # a head: every block
+    reward = draw[:, -1] if model.learn_reward else None
+    score = one_vs_rest_kl(mean.float(), logvar.float(), chosen)
+    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, out_logit, score
+
+
+def one_vs_rest_kl(mean: torch.Tensor, logvar: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    """M2AC's uncertainty of a model step (Pan et al. 2020, "Trust the Model When It Is Confident"): the KL
+    divergence from the chosen elite's Gaussian to the Gaussian that moment-matches the other elites' mixture,
+    summed over the predicted dimensions. ``mean``/``logvar`` ``[E, B, d]`` (E >= 2), ``chosen`` ``(B,)``.
+    Large where the elites disagree (the mixture's mean is far, in its own spread) or where the chosen elite
+    is far more or less certain than the rest.
+    """
+    e = mean.shape[0]
+    pick = torch.nn.functional.one_hot(chosen, e).t().unsqueeze(-1).to(mean.dtype)  # [E, B, 1]
+    var = logvar.exp()
+    mu_c, var_c = (mean * pick).sum(0), (var * pick).sum(0)
+    rest = (1 - pick) / (e - 1)
+    mu_r = (mean * rest).sum(0)
+    var_r = ((var + (mean - mu_r) ** 2) * rest).sum(0)  # the mixture's variance: mean variance + spread of means
+    return 0.5 * (var_r.log() - var_c.log() - 1 + var_c / var_r + (mu_r - mu_c) ** 2 / var_r).sum(-1)
