@@ -12,10 +12,11 @@ no better than the mean). Variants, each against ``base`` (the run's config) in 
 
 It answers whether a task's model error is the fit's (more epochs, more width) or the data's, and which state
 dimensions carry it. At the last epoch it also asks whether the model knows where it is wrong: on the future
-rows, how the rows' error ranks against two uncertainties a rollout could drop branches by (the elites'
-disagreement, as M2AC, and their predicted variance, as MOPO), and what error is left when only the most
-certain half, 80% or 90% of rows are kept (against keeping the truly best rows, the bound). Threads: one
-(``--threads``), beside other work.
+rows, how the rows' error ranks against uncertainties a rollout could drop branches by (the spread of the
+elites' means; their predicted variance, as MOPO penalises; M2AC's one-vs-rest KL, which
+``model.rollout_keep_fraction`` uses), and what error is left when only the most certain half, 80% or 90%
+of rows are kept (against keeping the truly best rows, the bound). Threads: one (``--threads``), beside
+other work.
 
     python benchmarks/model_fit_probe.py runs/<dir>/checkpoints/ckpt_000000030000.pt --epochs 150
 """
@@ -35,6 +36,7 @@ import torch
 
 from mbpo.config import ModelConfig, config_from_yaml
 from mbpo.models.ensemble import DynamicsEnsemble
+from mbpo.models.sampling import one_vs_rest_kl
 from mbpo.models.training import fit_data, select_elites, train_epoch
 from mbpo.run.provenance import machine
 
@@ -80,7 +82,8 @@ def uncertainty_check(model: DynamicsEnsemble, elites: list[int], x: torch.Tenso
                       var: torch.Tensor) -> dict[str, Any]:  # fmt: skip
     """Does an uncertainty the model gives rank the rows' true errors? Per row, over state dimensions (each
     over ``var``): the elites' mean prediction's squared error, the variance of the elites' means
-    (disagreement) and the elites' mean predicted variance.
+    (disagreement) and the elites' mean predicted variance; and M2AC's one-vs-rest KL of a random elite
+    against that elite's error (``one_vs_rest_kl``, with its own bound).
     """
     mean, logvar, _ = model.raw_rows(x)
     mean, predicted = mean[elites][..., :-1], logvar[elites][..., :-1].exp()
@@ -93,6 +96,16 @@ def uncertainty_check(model: DynamicsEnsemble, elites: list[int], x: torch.Tenso
                                                     for f in KEEP_FRACTIONS}}
                               for name, score in scores.items()}
     result["bound_kept_error"] = {str(f): round(kept_error(error, error, f), 3) for f in KEEP_FRACTIONS}
+    # What model.rollout_keep_fraction ranks by: each row through one random elite (seeded), scored by the
+    # one-vs-rest KL over every predicted dimension, against that elite's own error (what a rollout stores).
+    chosen = torch.randint(len(elites), (x.shape[0],), generator=torch.Generator().manual_seed(0))
+    full_mean, full_logvar = model.raw_rows(x)[:2]
+    kl = one_vs_rest_kl(full_mean[elites].float(), full_logvar[elites].float(), chosen)
+    own = ((mean[chosen, torch.arange(x.shape[0])] - target[:, :-1]) ** 2 / scale).mean(-1)
+    result["one_vs_rest_kl"] = {"rank_correlation": round(rank_correlation(kl, own), 3),
+                                "kept_error": {str(f): round(kept_error(own, kl, f), 3) for f in KEEP_FRACTIONS},
+                                "bound_kept_error": {str(f): round(kept_error(own, own, f), 3)
+                                                     for f in KEEP_FRACTIONS}}
     return result
 
 

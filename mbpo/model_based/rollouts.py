@@ -132,7 +132,7 @@ def branched_rollouts(
     anyway), so activations are bounded and, with the same generator, no result depends on
     ``batch_size``. The task's rules see a whole step at once. With ``sink`` each step's transitions go there as
     soon as they exist (the model buffer: no copy of the whole rollout is held) and the returned batch is
-    empty. One host sync per step (dropping ended branches).
+    empty. One host sync per step (dropping ended branches), and one more with ``keep_fraction`` < 1.
 
     ``keep_fraction`` < 1 (M2AC, Pan et al. 2020, its masking rate): of each step's branches that are not
     absurd, only the ``floor(keep_fraction * n)`` of lowest uncertainty (the one-vs-rest KL of
@@ -166,8 +166,8 @@ def branched_rollouts(
                | (next_obs.abs() > obs_limit).any(-1))
         keep = ~bad
         if score is not None:
-            keep = _most_certain(score, keep, keep_fraction)
-            stats.masked += int((~bad & ~keep).sum())
+            keep, n_masked = _most_certain(score, keep, keep_fraction)  # the step's other host sync
+            stats.masked += n_masked
         terminated = terminated & keep
         n_bad, n_term = (int(x) for x in torch.stack((bad.sum(), terminated.sum())).tolist())
         stats.nonfinite, stats.terminated = stats.nonfinite + n_bad, stats.terminated + n_term
@@ -183,15 +183,17 @@ def branched_rollouts(
     return batch, stats
 
 
-def _most_certain(score: torch.Tensor, live: torch.Tensor, keep_fraction: float) -> torch.Tensor:
-    """The ``floor(keep_fraction * live.sum())`` rows of ``live`` with the lowest ``score`` (ties: the
-    earlier row), as a mask.
+def _most_certain(score: torch.Tensor, live: torch.Tensor, keep_fraction: float) -> tuple[torch.Tensor, int]:
+    """The ``floor(keep_fraction * live.sum())`` rows of ``live`` with the lowest ``score`` (a non-finite score
+    ranks last; ties: the earlier row), as a mask, and how many live rows it leaves out. Only live rows are
+    ranked, so a dead row never comes back whatever the scores.
     """
-    n = int(keep_fraction * int(live.sum()) + 1e-9)  # 0.29 * 100 is 28.999...: still 29
-    order = score.masked_fill(~live, float("inf")).argsort(stable=True)[:n]
+    alive = live.nonzero().squeeze(1)  # a host sync
+    n = int(keep_fraction * alive.shape[0] + 1e-9)  # 0.29 * 100 is 28.999...: still 29
+    ranked = score[alive].nan_to_num(nan=float("inf")).argsort(stable=True)[:n]
     trusted = torch.zeros_like(live)
-    trusted[order] = True
-    return trusted
+    trusted[alive[ranked]] = True
+    return trusted, alive.shape[0] - n
 
 
 def _act(policy: RolloutPolicy, obs: torch.Tensor, noise: torch.Tensor, batch_size: int | None) -> torch.Tensor:

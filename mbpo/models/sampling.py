@@ -104,9 +104,11 @@ def sample_step_scored(
     batch_size: int | None = None, deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:  # fmt: skip
     """:func:`sample_step`, plus each row's uncertainty (:func:`one_vs_rest_kl`), for which every elite
-    predicts every row (``E`` times the forward FLOPs). The same draws as :func:`sample_step` (the elite
-    deal, then the Gaussian noise), so a row goes through the elite it would there; rows run in whole
-    ``ROW_QUANTUM`` tiles, at most ``batch_size`` rows in all per block.
+    predicts every row (``E`` times the forward FLOPs). The same random draws as :func:`sample_step` (the
+    elite deal, then the Gaussian noise): a row goes through the elite it would there with the same noise,
+    equal up to rounding (the forwards are shaped differently). Rows run in whole ``ROW_QUANTUM`` tiles, at
+    most ``batch_size`` rows in all per block, and each block keeps only its rows' chosen prediction and
+    score, so the working memory stays that of :func:`sample_step` plus one block of every elite's outputs.
     """
     if not same_device(generator.device, model.device):
         raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
@@ -120,23 +122,24 @@ def sample_step_scored(
     params, block = model.inference_params(model.elite_index)
     step = min(block or b, b if batch_size is None else max(batch_size // e, 1))
     step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
-    pad = -b % step
+    pad = -b % ROW_QUANTUM  # the last block: whole tiles, not a whole step
     xp = torch.cat((x, x[:1].expand(pad, -1))) if pad else x
-    means, logvars, logits = [], [], []
+    draw = torch.empty(b, d, device=model.device)
+    score = torch.empty(b, device=model.device)
+    logit = torch.empty(b, device=model.device) if model.learn_termination else None
     for s in range(0, b, step):
-        mean, logvar, logit = model.raw(xp[s : s + step], params)  # [E, step, d]: every elite, every row
-        means.append(mean)
-        logvars.append(logvar)
-        logits.append(logit)
-    mean, logvar = torch.cat(means, 1)[:, :b], torch.cat(logvars, 1)[:, :b]
-    rows = torch.arange(b, device=model.device)
-    draw = mean[chosen, rows] if deterministic else mean[chosen, rows] + (0.5 * logvar[chosen, rows]).exp() * eps
-    out_logit = None
-    if model.learn_termination:
-        out_logit = torch.cat(logits, 1)[:, :b][chosen, rows]  # type: ignore[arg-type]  # a head: every block
+        n = min(step, b - s)
+        mean, logvar, block_logit = model.raw(xp[s : s + step], params)  # [E, rows, d]: every elite, every row
+        mean, logvar = mean[:, :n].float(), logvar[:, :n].float()
+        pick, rows = chosen[s : s + n], torch.arange(n, device=model.device)
+        draw[s : s + n] = mean[pick, rows] if deterministic else \
+            mean[pick, rows] + (0.5 * logvar[pick, rows]).exp() * eps[s : s + n]
+        score[s : s + n] = one_vs_rest_kl(mean, logvar, pick)
+        if logit is not None:
+            assert block_logit is not None  # learn_termination: every block has its logit
+            logit[s : s + n] = block_logit[:, :n][pick, rows]
     reward = draw[:, -1] if model.learn_reward else None
-    score = one_vs_rest_kl(mean.float(), logvar.float(), chosen)
-    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, out_logit, score
+    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, logit, score
 
 
 def one_vs_rest_kl(mean: torch.Tensor, logvar: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:

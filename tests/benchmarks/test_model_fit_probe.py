@@ -112,3 +112,5 @@ def test_the_elites_disagree_most_where_they_are_wrong_off_the_training_data() -
     assert check["rank_correlation"] > 0.5
     assert check["kept_error"]["0.5"] < 0.1  # 1 would be no better than dropping rows at random
     assert result["future_uncertainty"]["bound_kept_error"]["0.5"] <= check["kept_error"]["0.5"]
+    kl = result["future_uncertainty"]["one_vs_rest_kl"]  # what model.rollout_keep_fraction ranks by
+    assert kl["rank_correlation"] > 0.5 and kl["kept_error"]["0.5"] < 0.1

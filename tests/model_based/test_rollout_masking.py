@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mbpo.config import ConfigError, load_config
-from mbpo.data.replay import OBS
-from mbpo.model_based.rollouts import branched_rollouts, obs_limit_from
+from mbpo.data.replay import OBS, TERMINATED
+from mbpo.model_based.rollouts import _most_certain, branched_rollouts, obs_limit_from
 from mbpo.models.sampling import one_vs_rest_kl
 from mbpo.run.metrics import read_metrics
 from mbpo.trainers import SyncTrainer
@@ -67,10 +67,26 @@ def test_masked_rollouts_keep_the_most_certain_fraction_of_each_step() -> None:
 
     assert torch.equal(by_first(kept), by_first(surest))
 
+    steps: list = []  # four steps, each keeping floor(0.8 x its live branches): the rest are masked
     _, longer = branched_rollouts(start, 4, agent, ens, None, obs_limit_from(obs), torch.Generator().manual_seed(3),
-                                  keep_fraction=0.8)
-    assert longer.masked > 0 and longer.stored < 1001 * 4
-    assert longer.stored + longer.masked + longer.nonfinite <= 1001 * 4
+                                  keep_fraction=0.8, sink=steps.append)
+    assert longer.nonfinite == 0 and len(steps) == 4
+    live = [1001] + [int(step.shape[0] - step[TERMINATED].sum()) for step in steps[:-1]]  # kept, not ended
+    assert [step.shape[0] for step in steps] == [int(0.8 * n) for n in live]
+    assert longer.masked == sum(n - step.shape[0] for n, step in zip(live, steps, strict=True))
+
+
+def test_only_live_branches_are_ranked_whatever_their_scores() -> None:
+    """Dead rows (absurd predictions) stay dead even with the lowest scores; a live row's NaN or inf score
+    ranks after every finite one.
+    """
+    score = torch.tensor([0.0, 1.0, float("inf"), float("inf"), 2.0, float("nan"), float("nan"), -5.0])
+    live = torch.tensor([False, True, True, True, True, True, True, False])
+    trusted, masked = _most_certain(score, live, 0.5)  # 6 live rows: keep 3
+    assert trusted.tolist() == [False, True, True, False, True, False, False, False] and masked == 3
+    trusted, masked = _most_certain(score, live, 0.9)  # keep 5: the finite two, both infs, the first NaN
+    assert trusted.tolist() == [False, True, True, True, True, True, False, False] and masked == 1
+    assert _most_certain(score, torch.zeros(8, dtype=torch.bool), 0.5)[0].sum() == 0
 
 
 @pytest.mark.parametrize("batch_size", [None, 333, 17])
