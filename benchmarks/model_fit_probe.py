@@ -85,8 +85,8 @@ def uncertainty_check(model: DynamicsEnsemble, elites: list[int], x: torch.Tenso
     (disagreement) and the elites' mean predicted variance; and M2AC's one-vs-rest KL of a random elite
     against that elite's error (``one_vs_rest_kl``, with its own bound).
     """
-    mean, logvar, _ = model.raw_rows(x)
-    mean, predicted = mean[elites][..., :-1], logvar[elites][..., :-1].exp()
+    full_mean, full_logvar = (t[elites].float() for t in model.raw_rows(x)[:2])  # reward last
+    mean, predicted = full_mean[..., :-1], full_logvar[..., :-1].exp()
     scale = var[:-1]
     error = ((mean.mean(0) - target[:, :-1]) ** 2 / scale).mean(-1)
     scores = {"disagreement": (mean.var(0, unbiased=False) / scale).mean(-1),
@@ -99,8 +99,7 @@ def uncertainty_check(model: DynamicsEnsemble, elites: list[int], x: torch.Tenso
     # What model.rollout_keep_fraction ranks by: each row through one random elite (seeded), scored by the
     # one-vs-rest KL over every predicted dimension, against that elite's own error (what a rollout stores).
     chosen = torch.randint(len(elites), (x.shape[0],), generator=torch.Generator().manual_seed(0))
-    full_mean, full_logvar = model.raw_rows(x)[:2]
-    kl = one_vs_rest_kl(full_mean[elites].float(), full_logvar[elites].float(), chosen)
+    kl = one_vs_rest_kl(full_mean, full_logvar, chosen)
     own = ((mean[chosen, torch.arange(x.shape[0])] - target[:, :-1]) ** 2 / scale).mean(-1)
     result["one_vs_rest_kl"] = {"rank_correlation": round(rank_correlation(kl, own), 3),
                                 "kept_error": {str(f): round(kept_error(own, kl, f), 3) for f in KEEP_FRACTIONS},
