@@ -59,14 +59,10 @@ def sample_step(
     elite's mean; the elite deal is still random). The draws do not depend on ``batch_size``,
     and on CPU no result does (``ROW_QUANTUM``).
     """
-    if not same_device(generator.device, model.device):
-        raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
     b, e, d = obs.shape[0], model.num_elites, model.target_dim
-    x = model.normalizer.normalize(model.inputs(obs, action))
+    x, perm, eps = _inputs_and_draws(model, obs, action, generator)
     rows = -(-b // (e * ROW_QUANTUM)) * ROW_QUANTUM  # per elite, whole tiles
     pad = rows * e - b  # slots past the last row: they compute row 0 again and are dropped
-    perm = torch.randperm(b, generator=generator, device=model.device)
-    eps = torch.randn((b, d), generator=generator, device=model.device)
     # Elite j gets permuted rows j, j + E, j + 2E, ...: gathered straight into an [E, rows] layout, so
     # each block is contiguous and the Gaussian draw happens while the block's outputs are in cache.
     deal = torch.cat((perm, perm.new_zeros(pad))).view(rows, e).t().reshape(-1)
@@ -75,8 +71,7 @@ def sample_step(
     draw = torch.empty(e, rows, d, device=model.device)
     logit = torch.empty(e, rows, device=model.device) if model.learn_termination else None
     params, block = model.inference_params(model.elite_index)
-    step = min(block or rows, rows if batch_size is None else batch_size // e)
-    step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
+    step = _block_rows(block, rows, batch_size, e)
     for s in range(0, rows, step):
         at = slice(s, s + step)
         mean, logvar, block_logit = model.raw(xp[:, at], params)
@@ -91,10 +86,8 @@ def sample_step(
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(b, device=model.device)
     order = inv % e * rows + inv // e
-    draw = draw.view(-1, d).index_select(0, order)
     out_logit = None if logit is None else logit.view(-1).index_select(0, order)
-    reward = draw[:, -1] if model.learn_reward else None
-    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, out_logit
+    return *_step_outputs(model, obs, draw.view(-1, d).index_select(0, order)), out_logit
 
 
 
@@ -110,18 +103,13 @@ def sample_step_scored(
     most ``batch_size`` rows in all per block, and each block keeps only its rows' chosen prediction and
     score, so the working memory stays that of :func:`sample_step` plus one block of every elite's outputs.
     """
-    if not same_device(generator.device, model.device):
-        raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
     b, e, d = obs.shape[0], model.num_elites, model.target_dim
-    x = model.normalizer.normalize(model.inputs(obs, action))
-    perm = torch.randperm(b, generator=generator, device=model.device)
-    eps = torch.randn((b, d), generator=generator, device=model.device)
+    x, perm, eps = _inputs_and_draws(model, obs, action, generator)
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(b, device=model.device)
     chosen, eps = inv % e, eps.index_select(0, inv)  # row i: permuted position inv[i], elite inv[i] % E
     params, block = model.inference_params(model.elite_index)
-    step = min(block or b, b if batch_size is None else max(batch_size // e, 1))
-    step = max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
+    step = _block_rows(block, b, batch_size, e)
     pad = -b % ROW_QUANTUM  # the last block: whole tiles, not a whole step
     xp = torch.cat((x, x[:1].expand(pad, -1))) if pad else x
     draw = torch.empty(b, d, device=model.device)
@@ -138,8 +126,38 @@ def sample_step_scored(
         if logit is not None:
             assert block_logit is not None  # learn_termination: every block has its logit
             logit[s : s + n] = block_logit[:, :n][pick, rows]
+    return *_step_outputs(model, obs, draw), logit, score
+
+
+def _inputs_and_draws(
+    model: SamplingModel, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The normalized inputs, the elite deal's permutation, then the Gaussian noise: one place for the order
+    of the draws, so that scored and plain sampling send a row through the same elite with the same noise.
+    """
+    if not same_device(generator.device, model.device):
+        raise ValueError(f"sample() got a generator on {generator.device}; expected one on {model.device}")
+    b = obs.shape[0]
+    x = model.normalizer.normalize(model.inputs(obs, action))
+    perm = torch.randperm(b, generator=generator, device=model.device)
+    eps = torch.randn((b, model.target_dim), generator=generator, device=model.device)
+    return x, perm, eps
+
+
+def _block_rows(block: int, rows: int, batch_size: int | None, e: int) -> int:
+    """Rows per elite in one forward: the model's CPU block, at most ``batch_size`` rows over all ``e``
+    elites, in whole ``ROW_QUANTUM`` tiles (at least one).
+    """
+    step = min(block or rows, rows if batch_size is None else batch_size // e)
+    return max(step // ROW_QUANTUM, 1) * ROW_QUANTUM
+
+
+def _step_outputs(
+    model: SamplingModel, obs: torch.Tensor, draw: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """``next_obs`` (the drawn delta added to ``obs``) and the reward (the last target, None without one)."""
     reward = draw[:, -1] if model.learn_reward else None
-    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward, logit, score
+    return obs + draw[:, : model.obs_dim].to(obs.dtype), reward
 
 
 def one_vs_rest_kl(mean: torch.Tensor, logvar: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
