@@ -72,6 +72,10 @@ class CollectorBatch:
     """Seconds spent in ``env.step`` for this batch (the time breakdown's env part)."""
     act_s: float = 0.0
     """Seconds spent choosing actions for this batch (policy forward, or random actions in warm-up)."""
+    cpu_s: float = 0.0
+    """CPU seconds a process or Ray collector's own process spent since its previous batch (start-up included
+    in the first): the trainer adds them to its ``cpu_s``. 0 for a thread collector, whose CPU is the
+    trainer process's and counted there."""
     on_release: Callable[[], None] | None = None
     """Frees the storage behind ``data`` (a shared-memory slot); None when ``data`` is the batch's own."""
 

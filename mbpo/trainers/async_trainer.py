@@ -159,6 +159,7 @@ class AsyncTrainer(Trainer):
     def _dropped(self, batch: CollectorBatch) -> None:
         """queue_full=drop_oldest displaced ``batch``: its env steps were spent, and its slot is free again."""
         self.gate.discard(batch.env_steps)
+        self._collector_cpu_s[1] += batch.cpu_s
         batch.release()
 
     # -- the loop --------------------------------------------------------------------------
@@ -309,6 +310,7 @@ class AsyncTrainer(Trainer):
         self.nonfinite_dropped += item.dropped_nonfinite
         self.time_s["env"] += item.env_s  # summed over collectors: can exceed the wall-clock
         self.time_s["act"] += item.act_s
+        self._collector_cpu_s[0] += item.cpu_s
         self._recent_returns.extend(item.episode_returns)
         superseded = self.weights.published_at(item.policy_version + 1)  # how long its weights were stale
         self.telemetry.ingested(self.weights.version - item.policy_version,

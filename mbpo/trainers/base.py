@@ -106,6 +106,9 @@ class Trainer:
         """The clock of ``wall_s`` and the rate columns (mbpo.run.throughput); tests swap in a fake one."""
         self._cpu_origin = time.process_time()
         """This process's CPU seconds when this trainer was built: ``cpu_s`` counts from here."""
+        self._collector_cpu_s = [0.0, 0.0]
+        """CPU seconds of process and Ray collectors since then, as their batches report them: [ingested batches
+        (the learner thread adds), batches a full queue dropped (the queue's drop adds)], one writer each."""
         self._lock = RunLock(self.run_dir)
         if config.total_env_steps <= config.agent.learning_starts:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
@@ -283,13 +286,13 @@ class Trainer:
 
     def cpu_s(self) -> float | None:
         """The run's CPU seconds, summed over resumes: this process's, every thread of it (the learner, the model
-        thread, the thread backend's collectors), so a run that shares the machine is costed by what it used,
-        where ``wall_s`` also counts its waits for a core. Process and Ray collectors are not in it. None after
-        resuming a checkpoint that did not record it.
+        thread, the thread backend's collectors), and the processes of process and Ray collectors up to the
+        batch each last delivered, so a run that shares the machine is costed by what it used, where ``wall_s``
+        also counts its waits for a core. None after resuming a checkpoint that did not record it.
         """
         if self._cpu_before is None:
             return None
-        return self._cpu_before + time.process_time() - self._cpu_origin
+        return self._cpu_before + time.process_time() - self._cpu_origin + sum(self._collector_cpu_s)
 
     def eval_seed(self) -> int:
         return self.seed("eval", self.env_steps)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -134,6 +135,27 @@ def test_a_collector_process_that_dies_is_seen_by_its_pipe_closing_and_restarted
     # seen when its pipe closed, not by the hang timeout (no fixed seconds: a loaded machine delays the check)
     assert (cid, incarnation) == (0, 0) and detected_at - last_beat < cfg.runtime.collector_timeout_s
     assert f"collector 0's process (pid {trainer.pool.retired[0].pid}) {how}" in capsys.readouterr().err
+
+
+def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[..., Config], no_leaks: None) -> None:
+    """``cpu_s`` covers collector processes: what their batches report is CPU the children really used (at
+    most what the reaped children used, and most of it: only what each does after its last batch is left
+    out), and the final row counts it on top of the trainer process's own CPU seconds.
+    """
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=2")
+    before, children_before = time.process_time(), _children_cpu_s()
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    own, children = time.process_time() - before, _children_cpu_s() - children_before
+    reported = sum(trainer._collector_cpu_s)
+    assert 0.5 * children < reported <= children + 0.01
+    assert row["cpu_s"] > own  # this process alone cannot account for it
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's children that have been waited for (joined collector processes)."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 def test_debug_mode_children_report_their_switches_and_check_the_ring(

@@ -230,6 +230,7 @@ def test_an_actor_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
     assert spec.env_factory is None and spec.env.factory == "examples.point_reach:make_env"
     row = trainer.run()
     assert row["env_steps"] == 192 and row["collector_restarts"] == 0 and trainer.buffer[:]["obs"].shape[-1] == 6
+    assert sum(trainer._collector_cpu_s) > 0  # the actor's CPU seconds, sent with its batches, are in cpu_s
 
 
 def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
