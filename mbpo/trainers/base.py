@@ -287,8 +287,9 @@ class Trainer:
     def cpu_s(self) -> float | None:
         """The run's CPU seconds, summed over resumes: this process's, every thread of it (the learner, the model
         thread, the thread backend's collectors), and the processes of process and Ray collectors up to the
-        batch each last delivered, so a run that shares the machine is costed by what it used, where ``wall_s``
-        also counts its waits for a core. None after resuming a checkpoint that did not record it.
+        last batch of each that was ingested or dropped by a full queue, so a run that shares the machine is
+        costed by what it used, where ``wall_s`` also counts its waits for a core. None after resuming a
+        checkpoint that did not record it.
         """
         if self._cpu_before is None:
             return None
