@@ -47,15 +47,19 @@ KEEP_FRACTIONS = (0.5, 0.8, 0.9)
 
 
 def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
-    """The run's model config with one change (``base``, ``wdK``, ``wideW``)."""
+    """The run's model config with one change (``base``, ``wdK``, ``wideW``, ``betaB``)."""
     config = copy.deepcopy(base)
     decay, width = re.fullmatch(r"wd(\d+(?:\.\d+)?)", variant), re.fullmatch(r"wide([1-9]\d*)", variant)
+    beta = re.fullmatch(r"beta(0(?:\.\d+)?|1(?:\.0*)?)", variant)
     if decay:
         config.weight_decay = [w * float(decay[1]) for w in config.weight_decay]
     elif width:
         config.hidden_sizes = [int(width[1])] * len(config.hidden_sizes)
+    elif beta:
+        config.nll_beta = float(beta[1])
     elif variant != "base":
-        raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10) or wideW (e.g. wide400)")
+        raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10), wideW (e.g. wide400) "
+                         "or betaB (model.nll_beta, 0 to 1, e.g. beta0.5)")
     return config
 
 

@@ -181,6 +181,11 @@ class ModelConfig:
     """L2 penalty per layer, input layer first (one per hidden layer plus the output layer)."""
     logvar_bound_penalty: float = 0.01
     """Weight of the penalty on the learned log-variance bounds (max_logvar - min_logvar)."""
+    nll_beta: float = 0.0
+    """beta-NLL (Seitzer et al. 2022, "On the Pitfalls of Heteroscedastic Uncertainty Estimation"): each
+    target's Gaussian NLL weighted by its predicted variance to the power beta, held constant in the gradient.
+    0 is the plain NLL (MBPO's); 1 gives the mean the gradient of the MSE. The plain NLL lets a member fit
+    targets it finds noisy less (their weight is 1/variance); the paper recommends 0.5."""
     batch_size: int = 256
     """Transitions per ensemble gradient step."""
     holdout_ratio: float = 0.2

@@ -96,6 +96,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.num_elites": (1, None, True),
     "model.lr": (0, None, False),
     "model.logvar_bound_penalty": (0, None, True),
+    "model.nll_beta": (0, 1, True),
     "model.batch_size": (1, None, True),
     "model.holdout_ratio": (0, 1, False),
     "model.max_holdout": (1, None, True),

@@ -237,11 +237,15 @@ class DynamicsEnsemble(nn.Module):
         self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
         weight: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
-        """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members. ``weight``
-        (``target``'s shape, 0 or 1) leaves out target values that are unknown: NLL over the rest.
+        """Total loss for normalised ``x`` ``[M, B, in]``; NLL per member summed over members (beta-NLL with
+        ``model.nll_beta``). ``weight`` (``target``'s shape, 0 or 1) leaves out target values that are
+        unknown: NLL over the rest.
         """
         mean, logvar, logit = self.raw(x, self._params())
-        nll = mean_per_member((mean - target).square() * torch.exp(-logvar) + logvar, weight)  # [M]
+        nll = (mean - target).square() * torch.exp(-logvar) + logvar
+        if self.config.nll_beta:
+            nll = nll * torch.exp(self.config.nll_beta * logvar.detach())  # variance ** beta, a constant weight
+        nll = mean_per_member(nll, weight)  # [M]
         bounds = self.config.logvar_bound_penalty * (self.max_logvar.sum() - self.min_logvar.sum())
         loss = nll.sum() + bounds + self.weight_decay_loss()
         if logit is not None:

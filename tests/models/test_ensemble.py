@@ -94,6 +94,38 @@ def test_batched_ensemble_equals_per_member_loop() -> None:
     torch.testing.assert_close(loss.detach(), ref_total, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+def test_beta_nll_weights_each_targets_nll_by_its_variance_to_the_beta_held_constant(beta: float) -> None:
+    """beta-NLL (Seitzer et al. 2022, eq. 6): the mean over targets of ``stopgrad(var ** beta) * NLL``; at
+    beta = 1 the mean's gradient is the MSE's, 2 (mean - target) / n, whatever the variance.
+    """
+    ens = DynamicsEnsemble(small_config(nll_beta=beta), OBS, BOX, "cpu", seed=3)
+    m, b, d = ens.ensemble_size, 2, ens.target_dim
+    g = torch.Generator().manual_seed(5)
+    mean = torch.randn(m, b, d, generator=g).requires_grad_()
+    logvar = (torch.rand(m, b, d, generator=g) * 4 - 2).requires_grad_()  # variances e^-2 .. e^2
+    target = torch.randn(m, b, d, generator=g)
+    ens.raw = lambda x, params: (mean, logvar, None)  # type: ignore[method-assign]  # the outputs, as leaves
+    c = ens.config
+    rest = c.logvar_bound_penalty * (ens.max_logvar.sum() - ens.min_logvar.sum()) + ens.weight_decay_loss()
+    loss = ens._loss(torch.zeros(m, b, ens.in_dim), target, None) - rest.detach()
+    var = logvar.detach().exp()
+    by_hand = (var**beta * ((mean.detach() - target) ** 2 / var + logvar.detach())).mean((1, 2)).sum()
+    torch.testing.assert_close(loss.detach(), by_hand)
+    loss.backward()
+    n = b * d
+    torch.testing.assert_close(logvar.grad, var**beta * (1 - (mean.detach() - target) ** 2 / var) / n)
+    if beta == 1.0:
+        torch.testing.assert_close(mean.grad, 2 * (mean.detach() - target) / n)
+
+
+def test_nll_beta_outside_0_to_1_is_refused_by_name() -> None:
+    from mbpo.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="model.nll_beta"):
+        load_config(None, ["model.nll_beta=1.5"])
+
+
 def test_weight_decay_term_is_the_hand_computed_sum() -> None:
     ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
     by_hand = 0.0
