@@ -185,7 +185,9 @@ class ModelConfig:
     """beta-NLL (Seitzer et al. 2022, "On the Pitfalls of Heteroscedastic Uncertainty Estimation"): each
     target's Gaussian NLL weighted by its predicted variance to the power beta, held constant in the gradient.
     0 is the plain NLL (MBPO's); 1 gives the mean the gradient of the MSE. The plain NLL lets a member fit
-    targets it finds noisy less (their weight is 1/variance); the paper recommends 0.5."""
+    targets it finds noisy less (their weight is 1/variance); the paper recommends 0.5. The targets are raw
+    state deltas, so beta > 0 also favours the large-scale ones: on Walker2d it doubled the one-step error
+    (docs/notes/walker2d-target.md)."""
     batch_size: int = 256
     """Transitions per ensemble gradient step."""
     holdout_ratio: float = 0.2
