@@ -8,7 +8,12 @@ are MSE over the target's variance on the training rows, per state dimension and
 no better than the mean). Variants, each against ``base`` (the run's config) in the same run:
 
 * ``wdK``: the weight decays times K (overfitting would fall with more decay);
-* ``wideW``: 4 hidden layers of W units (a model short of capacity would gain from width).
+* ``wideW``: 4 hidden layers of W units (a model short of capacity would gain from width);
+* ``betaB``: ``model.nll_beta`` B (beta-NLL: the mean fit harder where the model calls a target noisy);
+* any of them with ``-std`` (``base-std``, ``beta0.5-std``): each state dimension rescaled so that its
+  change per step has unit variance on the training rows, as if the ensemble standardised its targets (its
+  inputs are standardised anyway, and the errors are per dimension over its variance, so only the fit sees
+  the scale).
 
 It answers whether a task's model error is the fit's (more epochs, more width) or the data's, and which state
 dimensions carry it. At the last epoch it also asks whether the model knows where it is wrong: on the future
@@ -61,6 +66,12 @@ def variant_config(base: ModelConfig, variant: str) -> ModelConfig:
         raise SystemExit(f"error: unknown variant {variant!r}; expected base, wdK (e.g. wd10), wideW (e.g. wide400) "
                          "or betaB (model.nll_beta, 0 to 1, e.g. beta0.5)")
     return config
+
+
+def unit_deltas(rows: dict[str, torch.Tensor], split: int) -> dict[str, torch.Tensor]:
+    """``rows`` with each state dimension divided by the std of its change per step over rows ``[0, split)``."""
+    scale = (rows["next_obs"][:split] - rows["obs"][:split]).std(0).clamp_min(1e-8)
+    return {**rows, "obs": rows["obs"] / scale, "next_obs": rows["next_obs"] / scale}
 
 
 def per_dim_error(model: DynamicsEnsemble, elites: list[int], x: torch.Tensor, target: torch.Tensor,
@@ -164,7 +175,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     variants = args.variants.split(",")
     for variant in variants:  # a typo stops here, not after the load and the first variant's minutes
-        variant_config(ModelConfig(), variant)
+        variant_config(ModelConfig(), variant.removesuffix("-std"))
     if not args.checkpoint.is_file():
         raise SystemExit(f"error: no file at {args.checkpoint}; expected a run's checkpoint, "
                          "e.g. runs/<dir>/checkpoints/ckpt_000000030000.pt")
@@ -183,7 +194,9 @@ def main() -> None:
                               "machine": machine(), "variants": {}}
     for variant in variants:
         print(f"[model_fit_probe] {variant}", flush=True)
-        result["variants"][variant] = probe(rows, variant_config(config.model, variant), args.split, args.epochs,
+        name = variant.removesuffix("-std")
+        data = unit_deltas(rows, args.split) if name != variant else rows
+        result["variants"][variant] = probe(data, variant_config(config.model, name), args.split, args.epochs,
                                             args.seed, args.precision)
     base = result["variants"].get("base")
     if base is not None:

@@ -49,6 +49,10 @@ def test_variants_change_one_thing_and_an_unknown_one_is_refused_by_name() -> No
     assert model_fit_probe.variant_config(SMALL, "wd10").weight_decay == pytest.approx([1e-4] * 3)
     assert model_fit_probe.variant_config(SMALL, "base") == SMALL
     assert model_fit_probe.variant_config(SMALL, "beta0.5").nll_beta == 0.5
+    rows = linear_rows(100)
+    unit = model_fit_probe.unit_deltas(rows, 60)  # the -std suffix: unit-variance state changes on the split
+    torch.testing.assert_close((unit["next_obs"] - unit["obs"])[:60].std(0), torch.ones(3))
+    assert unit["reward"] is rows["reward"] and unit["action"] is rows["action"]
     with pytest.raises(SystemExit, match="unknown variant 'beta2'"):  # beta-NLL's beta is 0 to 1
         model_fit_probe.variant_config(SMALL, "beta2")
     with pytest.raises(SystemExit, match="unknown variant 'deep3'; expected base, wdK"):
