@@ -67,6 +67,7 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "mbpo_lead0": ("mbpo", ["runtime.max_lead=0"]), "mbpo_redq": ("mbpo_redq", []), "mbpo_droq": ("mbpo_droq", []),
     "redq": ("redq", []), "droq": ("droq", []), "crossq": ("crossq", []),
     "mbpo_redq_masked": ("mbpo_redq", ["model.rollout_keep_fraction=0.5"]),  # M2AC's masking at its one-step rate
+    "mbpo_redq_real_half": ("mbpo_redq", ["model.real_ratio=0.5"]),  # half of each batch real (Walker2d screen)
 }
 """Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""
 LEARNERS = (*CONFIGS, "sb3")
@@ -76,7 +77,8 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "mbpo_redq": "MBPO with REDQ's critic (ours, utd 20)", "mbpo_droq": "MBPO with DroQ's critic (ours, utd 20)",
           "redq": "REDQ (ours, utd 20, no model)", "droq": "DroQ (ours, utd 20, no model)",
           "crossq": "CrossQ (ours, utd 1, no model)",
-          "mbpo_redq_masked": "MBPO with REDQ's critic, M2AC's masking at 0.5 (ours, utd 20)"}
+          "mbpo_redq_masked": "MBPO with REDQ's critic, M2AC's masking at 0.5 (ours, utd 20)",
+          "mbpo_redq_real_half": "MBPO with REDQ's critic, real_ratio 0.5 (ours, utd 20)"}
 KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
 """What --results keeps of a finished run (small text files; no checkpoints)."""
 PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
