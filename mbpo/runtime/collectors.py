@@ -86,6 +86,20 @@ class CollectorBatch:
             free()
 
 
+class CpuSinceLast:
+    """This process's CPU seconds since the previous call (start-up included in the first): what a process or
+    Ray collector sends with each batch as ``CollectorBatch.cpu_s``, so that the trainer adds each second once.
+    """
+
+    def __init__(self) -> None:
+        self._reported = 0.0
+
+    def __call__(self) -> float:
+        now = time.process_time()
+        cpu, self._reported = now - self._reported, now
+        return cpu
+
+
 @dataclass
 class CollectorSetup:
     """Everything collectors share; plain data, so the process backend ships it to its children."""

@@ -27,6 +27,7 @@ import torch
 import envs
 from mbpo.config import Config
 from mbpo.runtime.backends.process import ProcessCollector
+from mbpo.runtime.collectors import CpuSinceLast
 from mbpo.runtime.handoff import NotPlainError, check_plain
 from mbpo.runtime.shared_weights import SharedWeights
 from mbpo.trainers import AsyncTrainer
@@ -153,6 +154,19 @@ def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[.
     assert row["collector_restarts"] == 0  # one child, reaped: what children counts
     assert 0.5 * children < reported <= children + 0.01
     assert row["cpu_s"] > own  # this process alone cannot account for it
+
+
+def test_cpu_since_last_hands_out_each_cpu_second_once() -> None:
+    """What a collector sends with its batches adds up to its process's CPU time, none counted twice."""
+    since_last = CpuSinceLast()
+    parts = [since_last()]
+    sum(i * i for i in range(200_000))  # some CPU between two batches
+    parts.append(since_last())
+    upto = time.process_time()
+    parts.append(since_last())
+    assert all(part >= 0 for part in parts)
+    assert parts[0] > 0 and parts[1] > 0  # start-up in the first, the work in the second
+    assert sum(parts[:2]) <= upto <= sum(parts)
 
 
 def _children_cpu_s() -> float:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from mbpo.config import EnvConfig
-from mbpo.runtime.collectors import CollectorSetup, EnvStepper
+from mbpo.runtime.collectors import CollectorSetup, CpuSinceLast, EnvStepper
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
@@ -88,7 +88,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
         stepper = EnvStepper(cid, setup, env, policy, spec.action_seed, beat)
         conn.send(("ready", os.getpid()))
-        cpu_reported = 0.0  # this process's CPU seconds already sent with a batch
+        cpu_since_last = CpuSinceLast()
         while True:
             message = conn.recv()
             if message[0] == "stop":
@@ -102,11 +102,9 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
                 check_transitions(batch.data, f"collector {cid} -> ring slot {slot}", env.device, env.obs_dim,
                                   env.action_space)
             ring.write(slot, batch.data)
-            now = time.process_time()
-            cpu, cpu_reported = now - cpu_reported, now
             conn.send(("batch", slot, batch.data.shape[0], batch.policy_version, batch.episode_returns,
                        batch.env_steps, batch.dropped_nonfinite, batch.created_at, batch.started_at, batch.env_s,
-                       batch.act_s, cpu))
+                       batch.act_s, cpu_since_last()))
     except (EOFError, BrokenPipeError):
         return  # the trainer is gone or has closed our pipe: nothing left to report to
     except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides

@@ -52,12 +52,12 @@ class CollectorActor:
 
     def __init__(self, spec: ChildSpec) -> None:
         from mbpo.agents import make_agent
-        from mbpo.runtime.collectors import EnvStepper
+        from mbpo.runtime.collectors import CpuSinceLast, EnvStepper
 
         self.spec, setup = spec, spec.setup
         torch.set_num_threads(setup.torch_threads)
         self._stepped = time.monotonic()
-        self._cpu_reported = 0.0  # this process's CPU seconds already sent with a batch
+        self._cpu_since_last = CpuSinceLast()
         self.env = spec.build_env()
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
         self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, spec.action_seed, self._beat)
@@ -86,12 +86,6 @@ class CollectorActor:
                 "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
                 "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at,
                 "env_s": batch.env_s, "act_s": batch.act_s, "cpu_s": self._cpu_since_last()}
-
-    def _cpu_since_last(self) -> float:
-        """This actor process's CPU seconds since its previous batch (start-up included in the first)."""
-        now = time.process_time()
-        cpu, self._cpu_reported = now - self._cpu_reported, now
-        return cpu
 
     def close(self) -> None:
         self.env.close()
