@@ -66,7 +66,7 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "mbpo": ("mbpo", []), "sac_same_ratio": ("mbpo", ["model.enabled=false"]), "mbpo_sync": ("mbpo", ["trainer=sync"]),
     "mbpo_lead0": ("mbpo", ["runtime.max_lead=0"]), "mbpo_redq": ("mbpo_redq", []), "mbpo_droq": ("mbpo_droq", []),
     "redq": ("redq", []), "droq": ("droq", []), "crossq": ("crossq", []),
-    "mbpo_redq_masked": ("mbpo_redq", ["model.rollout_keep_fraction=0.5"]),  # M2AC's masking at its one-step rate
+    "mbpo_redq_masked": ("mbpo_redq_masked", []),
     "mbpo_redq_real_half": ("mbpo_redq", ["model.real_ratio=0.5"]),  # half of each batch real (Walker2d screen)
 }
 """Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""

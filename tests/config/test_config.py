@@ -26,8 +26,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_shipped_configs_load(path: Path) -> None:
     cfg = load_config(path)
     assert cfg.agent.name in ("sac", "dqn") and cfg.env.num_envs >= 1
-    # <env>_<algo>[_<critic>][_<num_envs>]: the algorithm part says whether the dynamics model is on
-    assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_[a-z]+)?(_\d+)?", path.stem) is not None)
+    # <env>_<algo>[_<critic>][_<variant>][_<num_envs>]: the algorithm part says whether the dynamics model is on
+    assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_[a-z]+)*(_\d+)?", path.stem) is not None)
 
 
 def test_a_config_over_its_base_gets_the_bases_keys_and_its_own(tmp_path: Path) -> None:
