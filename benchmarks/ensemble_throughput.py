@@ -8,7 +8,8 @@ batch 256 per member, 5 elites) on HalfCheetah-sized data (obs 17, act 6).
   in samples/s, where a sample is one (member, transition) pair; plus ``fit`` end to end
   (2 epochs, holdout evaluation included) once per precision.
 * rollout: ``DynamicsEnsemble.sample`` on 100k start states (one model step through
-  random elites), in transitions/s.
+  random elites), in transitions/s; and ``sample_scored`` (the same step, every elite predicting every
+  row for its uncertainty: M2AC's masking, ``model.rollout_keep_fraction`` < 1) as a ratio to it.
 
 FLOPs: 2 * in * out per linear layer per sample for a forward, x3 for training
 (forward + backward). Elementwise work (SiLU, loss, Adam) is not counted, so the
@@ -108,6 +109,7 @@ def main() -> None:
     for p, ens in ensembles.items():
         work[f"train_{p}"] = lambda ens=ens: train_epoch(ens, train_x, train_t, None, boot)
         work[f"rollout_{p}"] = lambda ens=ens: ens.sample(roll_obs, roll_act, g)
+        work[f"rollout_scored_{p}"] = lambda ens=ens: ens.sample_scored(roll_obs, roll_act, g)
 
     # Warm up, then interleave the repeats so machine noise hits everything alike.
     for fn, _ in peak_ops.values():
@@ -147,6 +149,7 @@ def main() -> None:
             met[f"{kind}_{p}_vs_same_shape_bmm"] = gflops >= TARGET_FRACTION * same
             met[f"{kind}_{p}_vs_mm1024"] = gflops >= TARGET_FRACTION * big
         results["training"][p]["fit_samples_per_s"] = round(fit_rate)
+        results["rollout"][p]["scored_over_plain_s"] = round(med[f"rollout_scored_{p}"] / med[f"rollout_{p}"], 2)
 
     print(json.dumps({
         "benchmark": "ensemble_throughput", "device": str(device), "threads": args.threads,
