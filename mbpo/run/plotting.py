@@ -45,6 +45,7 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
         cfg = config_from_yaml(config_path.read_text())
         extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}{critic_label(cfg)}"
         extra += ", sync trainer" if cfg.trainer == "sync" else ""
+        extra += model_label(cfg)
         return f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}", cfg.seed
     try:
         info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
@@ -71,6 +72,25 @@ def critic_label(cfg: Any) -> str:
     if sac.policy_delay > 1:
         parts.append(f"policy delay {sac.policy_delay}")
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def model_label(cfg: Any) -> str:
+    """The model-side options that change what the learner is fed, as a label suffix (empty for MBPO's own), so
+    a masked or a half-real run never merges into the plain MBPO curve.
+    """
+    from mbpo.config import ModelConfig
+
+    m, default = cfg.model, ModelConfig()
+    if not m.enabled:
+        return ""
+    parts = []
+    if m.rollout_keep_fraction < 1:
+        parts.append(f"masking {m.rollout_keep_fraction:g}")
+    if m.real_ratio != default.real_ratio:
+        parts.append(f"real_ratio {m.real_ratio:g}")
+    if m.nll_beta:
+        parts.append(f"beta-NLL {m.nll_beta:g}")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 def _curve(run_dir: Path, x: str, y: str = "eval_return") -> list[tuple[float, float]]:

@@ -29,3 +29,13 @@ def test_critic_options_and_the_sync_trainer_get_curves_of_their_own(tmp_path: P
         ("delay", ["agent.sac.policy_delay=3"]))]
     assert len({plain[0], *others}) == 6, others
     assert others[1] == "Hopper-v5 MBPO-SAC, utd 20 (10 critics, min of 2, actor on min)"
+
+
+def test_model_options_that_change_the_learners_data_get_curves_of_their_own(tmp_path: Path) -> None:
+    plain = labelled(tmp_path, "a")[0]
+    masked = labelled(tmp_path, "masked", "model.rollout_keep_fraction=0.5")[0]
+    half = labelled(tmp_path, "half", "model.real_ratio=0.5")[0]
+    beta = labelled(tmp_path, "beta", "model.nll_beta=0.5")[0]
+    assert len({plain, masked, half, beta}) == 4
+    assert masked == "Hopper-v5 MBPO-SAC, utd 20 [masking 0.5]"
+    assert labelled(tmp_path, "free", "model.enabled=false")[0] == "Hopper-v5 SAC, utd 20"
