@@ -20,12 +20,13 @@ Runs take hours on a 2-core CPU, so each (env, learner, seed) has its own run di
 outside the checkout): a finished run is read, not rerun; an interrupted one of ours is resumed from its newest
 checkpoint (an SB3 run, minutes long, is rerun). ``--results DIR`` copies every finished run's config.yaml,
 metrics.csv and run.json there (docs/results/locomotion in the repository), and ``--report-only --run-root
-DIR`` rebuilds the JSON line and the charts from such a copy. Targets (Hopper): MBPO's median return at 30k
-env steps >= 1.5x same-ratio SAC's and >= 2x SB3's.
+DIR --charts docs/img`` rebuilds the JSON line and docs/benchmarks.md's charts from such a copy. Targets, on the
+median score of ``--best-mbpo``: at least 1,850 on Hopper (REDQ's published mean) and 700 on Walker2d, and at
+least every model-free learner's.
 
     python benchmarks/locomotion.py [--env hopper|walker2d] [--seeds 0 1 2] [--learners mbpo sac_same_ratio sb3]
                                     [--run-root ~/mbpo-runs/locomotion] [--results docs/results/locomotion]
-                                    [--report-only]
+                                    [--report-only] [--charts docs/img]
 """
 
 from __future__ import annotations
@@ -326,9 +327,11 @@ def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None
     return out
 
 
-def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dict[str, Any]:
+def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
+           charts: Path | None = None) -> dict[str, Any]:
     """The JSON line: every learner's runs and median score, the compute cost of each against today's MBPO, the
-    published curves' figures at 30k, the targets; and the charts.
+    published curves' figures at 30k, the targets; and the charts, drawn into ``charts`` (the run root by
+    default; docs/img for the ones docs/benchmarks.md shows, so they cannot lag the committed runs).
     """
     from mbpo.run.plotting import plot_model_health
 
@@ -362,10 +365,12 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO) -> dic
         print("[locomotion] no charts: matplotlib is not installed (pip install -e '.[plots]'); the JSON line has "
               "every figure", file=sys.stderr)
     elif existing:
-        result["plot"] = str(draw(env, existing, root / f"{env}_learning_curves.png", paper, published))
+        charts = root if charts is None else charts
+        charts.mkdir(parents=True, exist_ok=True)
+        result["plot"] = str(draw(env, existing, charts / f"{env}_learning_curves.png", paper, published))
         for learner in ("mbpo", best):
             model_dirs = [d for d in dirs[learner] if (d / "metrics.csv").is_file()]
-            health = plot_model_health(model_dirs, root / f"{env}_{learner}_model_health.png") if model_dirs else None
+            health = plot_model_health(model_dirs, charts / f"{env}_{learner}_model_health.png") if model_dirs else None
             if health is not None:
                 result[f"{learner}_model_health_plot"] = str(health)
     sync_vs_async = async_against_sync(learners)
@@ -426,6 +431,8 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
     parser.add_argument("--best-mbpo", default=BEST_MBPO, choices=LEARNERS,
                         help="the MBPO learner the targets are on")
+    parser.add_argument("--charts", type=Path, default=None,
+                        help="draw the charts here (default: the run root; docs/img for docs/benchmarks.md's)")
     parser.add_argument("--env-steps", type=int, default=STEPS,
                         help="run length (a screening run is shorter; the report's figures are at 30,000)")
     args = parser.parse_args()
@@ -444,7 +451,7 @@ def main() -> None:
                     run_ours(args.env, learner, seed, run_dir, args.env_steps)
                 if args.results is not None and _done(run_dir):
                     export(run_dir, args.results / args.env / run_dir.name)
-    print(json.dumps(report(args.env, root, args.seeds, args.best_mbpo)))
+    print(json.dumps(report(args.env, root, args.seeds, args.best_mbpo, args.charts)))
 
 
 if __name__ == "__main__":

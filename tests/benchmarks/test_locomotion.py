@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def finished_run(run_dir: Path, returns: list[float], wall_per_eval: float = 10.0,
-                 cpu_per_eval: float | None = None) -> None:
+                 cpu_per_eval: float | None = None, label: str = "ours") -> None:
     """A finished run's metrics.csv (an evaluation every 2,500 env steps from 5,000; ``cpu_s`` only when
     ``cpu_per_eval`` is given, as runs logged before the column) and run.json.
     """
@@ -30,7 +30,7 @@ def finished_run(run_dir: Path, returns: list[float], wall_per_eval: float = 10.
             steps = 5_000 + 2_500 * i
             cpu = "" if cpu_per_eval is None else cpu_per_eval * (i + 1)
             writer.writerow([steps, wall_per_eval * (i + 1), value, 250.0, cpu])
-    (run_dir / "run.json").write_text(json.dumps({"done": True}))
+    (run_dir / "run.json").write_text(json.dumps({"done": True, "label": label}))
 
 
 def test_the_report_is_printed_without_matplotlib_and_says_there_are_no_charts(
@@ -62,3 +62,17 @@ def test_compute_cost_is_a_ratio_to_mbpo_by_wall_clock_and_by_cpu_seconds_where_
     assert (learners["redq"]["wall_over_mbpo"], learners["redq"]["cpu_over_mbpo"]) == (2.0, 1.0)
     assert learners["crossq"]["wall_over_mbpo"] == 0.5
     assert learners["crossq"]["median_cpu_s"] is None and learners["crossq"]["cpu_over_mbpo"] is None
+
+
+def test_charts_go_where_asked_and_leave_the_run_root_alone(tmp_path: Path) -> None:
+    """docs/benchmarks.md shows docs/img's charts: ``--charts docs/img`` redraws them with the report, so they
+    cannot lag the committed runs (copies from the run root went a day stale).
+    """
+    pytest.importorskip("matplotlib")
+    runs, charts = tmp_path / "runs", tmp_path / "img"
+    finished_run(runs / "hopper" / "mbpo-s0", [100.0 * i for i in range(11)], label="MBPO-SAC")
+    finished_run(runs / "hopper" / "redq-s0", [50.0 * i for i in range(11)], label="REDQ")
+    result = locomotion.report("hopper", runs, [0], charts=charts)
+    assert Path(result["plot"]) == charts / "hopper_learning_curves.png"
+    assert (charts / "hopper_learning_curves.png").stat().st_size > 0
+    assert not list(runs.glob("*.png"))
