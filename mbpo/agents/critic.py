@@ -2,7 +2,8 @@
 needs from the learner's generator every update (the loss that uses them is :mod:`mbpo.agents.sac_loss`).
 
 * N members (``num_critics``) are one :class:`~mbpo.agents.networks.BatchedMLP`, so REDQ's 10 critics cost one
-  batched matmul per layer; LayerNorm, dropout and CrossQ's batch renorm are options of that network.
+  batched matmul per layer; LayerNorm, dropout and CrossQ's batch renorm are options of that network. Its output
+  layer stays fp32 under bf16 autocast, so Q values keep fp32 resolution (bf16 is for the hidden matmuls).
 * The target is a deep copy moved by Polyak averaging with ``tau``, in one ``_foreach_lerp_`` per update;
   CrossQ has none.
 * :meth:`Critics.draws` draws REDQ's random subset of target critics and DroQ's dropout masks after the
@@ -36,7 +37,8 @@ class Critics:
         self.config = config
         self.widths: list[int] = list(config.critic_hidden_sizes or config.hidden_sizes)
         self.net = BatchedMLP(config.num_critics, in_dim, self.widths, 1, layer_norm=config.layer_norm,
-                              batch_renorm=batch_renorm).to(device).train()
+                              batch_renorm=batch_renorm, fp32_output=True,
+                              weight_init=config.weight_init).to(device).train()
         self.target: BatchedMLP | None = (
             None if config.crossq else copy.deepcopy(self.net).requires_grad_(False).train())
         """The Polyak-averaged critics of the TD target; None under CrossQ, which has none."""

@@ -10,6 +10,7 @@
   returning action and log-prob from the same pre-tanh draw in one pass.
 * :class:`RunningObsNorm` — running observation mean/variance kept as module
   buffers, so they travel with the actor's weights wherever those go.
+* :func:`init_affine_` — the reference codes' weight initialisations (``agent.sac.weight_init``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
     "TanhGaussianActor",
     "RunningObsNorm",
     "squashed_gaussian_sample",
+    "init_affine_",
+    "WEIGHT_INITS",
     "LOG_STD_MIN",
     "LOG_STD_MAX",
 ]
@@ -43,6 +46,39 @@ LOG_STD_MIN = -20.0
 LOG_STD_MAX = 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
+
+WEIGHT_INITS = ("default", "xavier", "lecun")
+"""Weight initialisations of the actor and critics (agent.sac.weight_init): ``default`` is torch's ``nn.Linear``
+init, ``xavier`` REDQ's and DroQ's code (``xavier_uniform_``, gain 1), ``lecun`` flax's ``nn.Dense`` default
+(CrossQ's code: ``lecun_normal``, a truncated normal); both zero the biases."""
+_TRUNCATED_STD = 0.87962566103423978
+"""Standard deviation of a standard normal truncated to [-2, 2]: jax's ``variance_scaling`` divides by it so the
+truncated draw has the variance asked for."""
+
+
+@torch.no_grad()
+def init_affine_(weight: torch.Tensor, bias: torch.Tensor, scheme: str) -> None:
+    """Re-draw an affine map's ``weight`` (viewed as ``[..., fan_in, fan_out]``, any leading dims being independent
+    maps) and zero its ``bias`` as ``scheme`` (one of :data:`WEIGHT_INITS`) does; ``default`` leaves both alone.
+
+    xavier: ``U(-b, b)``, ``b = sqrt(6 / (fan_in + fan_out))`` (torch's ``xavier_uniform_``, which the REDQ and
+    DroQ codes apply to every ``nn.Linear``). lecun: ``N(0, 1 / fan_in)`` truncated at two standard deviations
+    and rescaled to keep that variance (jax's ``lecun_normal``, flax ``nn.Dense``'s default in sbx's CrossQ).
+    Both take the fans of one map, so ``weight`` may be a BatchedLinear's ``[members, in, out]`` or an
+    ``nn.Linear``'s ``weight.T``.
+    """
+    if scheme == "default":
+        return
+    fan_in, fan_out = weight.shape[-2], weight.shape[-1]
+    if scheme == "xavier":
+        bound = math.sqrt(6.0 / (fan_in + fan_out))
+        weight.uniform_(-bound, bound)
+    elif scheme == "lecun":
+        std = math.sqrt(1.0 / fan_in) / _TRUNCATED_STD
+        nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std)
+    else:
+        raise ValueError(f"weight init {scheme!r} is not one of {', '.join(WEIGHT_INITS)}")
+    bias.zero_()
 
 
 def mlp(
@@ -116,7 +152,11 @@ class BatchedMLP(nn.Module):
       or ``1 / (1 - p)``) multiplies them in; the caller draws them from its own generator, so a run's random
       streams stay its own (``torch.nn.Dropout`` would draw from torch's global one);
     * ``batch_renorm``: :class:`~mbpo.agents.batch_renorm.BatchRenorm` on the input and after every hidden
-      activation, with ``batch_renorm`` as its keyword arguments (``{}`` for CrossQ's defaults).
+      activation, with ``batch_renorm`` as its keyword arguments (``{}`` for CrossQ's defaults);
+    * ``fp32_output``: the output layer runs in fp32 even under bf16 autocast (the critics: near Q = 300 bf16's
+      spacing is 2, about one step's reward, so a bf16 Q would quantise the TD error at the scale of what it
+      must learn; the usual mixed-precision rule keeps the hidden matmuls in bf16 and the last layer in fp32);
+    * ``weight_init``: one of :data:`WEIGHT_INITS`, per member (:func:`init_affine_`).
     """
 
     def __init__(
@@ -128,11 +168,17 @@ class BatchedMLP(nn.Module):
         activation: type[nn.Module] = nn.ReLU,
         layer_norm: bool = False,
         batch_renorm: dict[str, Any] | None = None,
+        fp32_output: bool = False,
+        weight_init: str = "default",
     ) -> None:
         super().__init__()
         sizes = [in_dim, *hidden_sizes, out_dim]
         self.members = members
-        self.layers = nn.ModuleList(BatchedLinear(members, i, o) for i, o in itertools.pairwise(sizes))
+        self.fp32_output = fp32_output
+        layers = [BatchedLinear(members, i, o) for i, o in itertools.pairwise(sizes)]
+        for layer in layers:
+            init_affine_(layer.weight, layer.bias, weight_init)
+        self.layers = nn.ModuleList(layers)
         self.activation = activation()
         self.norm_scale = nn.ParameterList(
             nn.Parameter(torch.ones(members, 1, h)) for h in (hidden_sizes if layer_norm else ()))
@@ -158,6 +204,9 @@ class BatchedMLP(nn.Module):
             x = renorms[0](x, batch_stats, detach_params)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
+            if i == last and self.fp32_output:
+                with torch.autocast(x.device.type, enabled=False):  # a no-op outside autocast (fp32 already)
+                    return layer(x.float(), detach_params, members)
             x = layer(x, detach_params, members)
             if i < last:
                 if dropout is not None:
@@ -246,7 +295,9 @@ class TanhGaussianActor(nn.Module):
     With ``batch_renorm`` (CrossQ: keyword arguments of
     :class:`~mbpo.agents.batch_renorm.BatchRenorm`) the input and every hidden
     activation are batch-renormalised; only the update's actor loss uses batch
-    statistics, every other forward pass the running ones.
+    statistics, every other forward pass the running ones. ``weight_init`` (one of
+    :data:`WEIGHT_INITS`) treats the output layer as its two heads, mean and log-std,
+    as REDQ's and sbx's actors hold them (``xavier``'s bound counts one head's width).
     """
 
     def __init__(
@@ -257,12 +308,18 @@ class TanhGaussianActor(nn.Module):
         activation: type[nn.Module] = nn.ReLU,
         obs_norm: bool = False,
         batch_renorm: dict[str, Any] | None = None,
+        weight_init: str = "default",
     ) -> None:
         super().__init__()
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.obs_norm: nn.Module = RunningObsNorm(obs_dim) if obs_norm else nn.Identity()
         self.net = mlp(obs_dim, hidden_sizes, 2 * act_dim, activation)
+        linears = [m for m in self.net if isinstance(m, nn.Linear)]
+        for linear in linears[:-1]:
+            init_affine_(linear.weight.T, linear.bias, weight_init)
+        for head in (slice(0, act_dim), slice(act_dim, 2 * act_dim)):  # mean, log-std
+            init_affine_(linears[-1].weight[head].T, linears[-1].bias[head], weight_init)
         renorm_widths = [] if batch_renorm is None else [obs_dim, *hidden_sizes]
         self.renorms = nn.ModuleList(BatchRenorm(h, **(batch_renorm or {})) for h in renorm_widths)
 

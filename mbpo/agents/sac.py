@@ -121,7 +121,7 @@ class SAC:
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
             actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm,
-                                      batch_renorm=renorm)
+                                      batch_renorm=renorm, weight_init=config.weight_init)
             self.critics = Critics(config, self.obs_dim + self.act_dim, self.device, renorm)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
@@ -183,7 +183,8 @@ class SAC:
         betas = (c.adam_beta1, 0.999)
         self.actor_optim = torch.optim.Adam(self._actor_params, lr=c.actor_lr, betas=betas, fused=True)
         self.critic_optim = torch.optim.Adam(self.critics.params, lr=c.critic_lr, betas=betas, fused=True)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True)
+        alpha_betas = betas if c.alpha_adam_beta1 is None else (c.alpha_adam_beta1, 0.999)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=alpha_betas, fused=True)
 
     def _optimizers(self) -> tuple[tuple[torch.optim.Adam, list[torch.Tensor]], ...]:
         return (
@@ -325,6 +326,13 @@ class SAC:
         Returns :class:`UpdateMetrics` (a ``Mapping[str, float]`` that syncs only when
         read). A non-finite loss or gradient skips every optimizer and target step
         of this update and counts it in ``num_skipped_updates``.
+
+        With ``policy_delay`` k the actor and alpha step on the LAST update of each block of k (updates
+        k-1, 2k-1, ... counting from 0), after that block's critic updates, as the references do: REDQ's
+        redq_sac.py (``(i_update + 1) % policy_update_delay == 0``), sbx's CrossQ
+        (``(n_updates + 1 + i) % policy_delay == 0``), DroQ's agent.py (the policy after the critic loop of
+        its env step). On the first of each block the actor would follow critics k - 1 updates staler, and
+        at the start of a run critics that have not been trained at all.
         """
         obs, action, reward, next_obs, terminated = self._check_batch(batch)
         discount = batch[DISCOUNT] if DISCOUNT in batch.keys() else self.config.gamma  # gamma**m for m-step rows
@@ -332,7 +340,7 @@ class SAC:
             self.actor.train()
             self.critic.train()
         action = (action - self._bias) / self._scale  # env bounds -> [-1, 1], the actor's space
-        update_actor = self._calls % self.config.policy_delay == 0
+        update_actor = (self._calls + 1) % self.config.policy_delay == 0  # the last of its block: see above
         self._calls += 1
         draws = self._draws(obs.shape[0], update_actor)
         if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused

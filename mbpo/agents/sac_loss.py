@@ -11,7 +11,8 @@ The critic options and their sources (docs/algorithms.md has the table):
   against the mean of all N (``actor_q="mean"``); oracle torchrl's ``REDQLoss``. Its critic loss is the
   squared error summed over the critics (as the authors' code, ``mse * num_Q``; torchrl takes the mean).
 * DroQ (Hiraoka et al. 2022): dropout and LayerNorm in the critics, active in every critic pass of the
-  update (target and actor loss included, as the authors' and sbx's code).
+  update (target and actor loss included, as the authors' and sbx's code); the actor against the mean of the
+  two critics (``actor_q="mean"``), as the authors' agent.py does with dropout on.
 * CrossQ (Bhatt et al. 2024): no target critics; (s, a) and (s', a') go through the online critics in one
   pass whose batch renorm statistics cover both; the actor's loss sees the critics' running statistics;
   the next action comes from the actor's running statistics and the actor loss's action from its batch
@@ -29,7 +30,7 @@ import torch
 
 from mbpo.agents.networks import BatchedMLP, TanhGaussianActor
 
-__all__ = ["Draws", "sac_loss_terms", "bf16_autocast", "compiled_loss_terms"]
+__all__ = ["Draws", "sac_loss_terms", "td_target", "bf16_autocast", "compiled_loss_terms"]
 
 
 class Draws(NamedTuple):
@@ -61,6 +62,8 @@ def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: 
     """
     alpha = log_alpha.detach().exp()
     eps = draws.eps
+    # bf16 is for the matmuls: the critics' output layer is fp32 (BatchedMLP's fp32_output), and the TD target
+    # and the losses are computed outside autocast, where values are compared at fine resolution.
     with bf16_autocast(bf16_on):
         critic_obs = actor.obs_norm(obs)  # the critics see what the actor sees (identity without obs_norm)
         with torch.no_grad():
@@ -76,21 +79,32 @@ def sac_loss_terms(actor: TanhGaussianActor, critic: BatchedMLP, target_critic: 
             with torch.no_grad():
                 next_q = target_critic(next_in, members=draws.subset, dropout=draws.dropout_target)
                 next_q = next_q.float().squeeze(-1)
-        # TD target: r + gamma * (1 - terminated) * (min_{i in subset} Q'_i(s', a') - alpha log pi(a'|s'))
-        next_v = next_q.min(0).values - alpha * next_log_prob
-        target = (reward + discount * (1.0 - terminated.float()) * next_v).detach()
-        # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
-        loss_critic = (q - target).square().sum(0).mean()
-        if not update_actor:
-            zero = loss_critic.new_zeros(())
-            return loss_critic, zero, zero, q.detach().mean(), zero
+    target = td_target(reward, terminated, discount, next_q, next_log_prob, alpha)
+    # torchrl's convention (loss_function="l2"): squared error summed over the critics, mean over the batch.
+    loss_critic = (q - target).square().sum(0).mean()
+    if not update_actor:
+        zero = loss_critic.new_zeros(())
+        return loss_critic, zero, zero, q.detach().mean(), zero
+    with bf16_autocast(bf16_on):
         new_action, log_prob = actor.sample(obs, eps[0], batch_stats=target_critic is None)
         q_new = critic(torch.cat((critic_obs, new_action), -1), detach_params=True,
                        dropout=draws.dropout_pi).float().squeeze(-1)
-        q_pi = q_new.min(0).values if actor_q == "min" else q_new.mean(0)
-        loss_actor = (alpha * log_prob - q_pi).mean()
-        loss_alpha = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+    q_pi = q_new.min(0).values if actor_q == "min" else q_new.mean(0)
+    loss_actor = (alpha * log_prob - q_pi).mean()
+    loss_alpha = -(log_alpha * (log_prob.detach() + target_entropy)).mean()
     return loss_critic, loss_actor, loss_alpha, q.detach().mean(), -log_prob.detach().mean()
+
+
+def td_target(reward: torch.Tensor, terminated: torch.Tensor, discount: torch.Tensor | float, next_q: torch.Tensor,
+              next_log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """``r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha log pi(a'|s'))`` in fp32, without gradient.
+
+    ``next_q`` ``[M, B]`` holds the target critics the minimum is over (REDQ's subset, or all). fp32 even when
+    called under bf16 autocast: near Q = 300 bf16's spacing is 2, about one step's reward.
+    """
+    with torch.autocast(next_q.device.type, enabled=False):
+        next_v = next_q.float().min(0).values - alpha * next_log_prob.float()
+        return (reward.float() + discount * (1.0 - terminated.float()) * next_v).detach()
 
 
 def bf16_autocast(device_type: str | None) -> contextlib.AbstractContextManager[Any]:

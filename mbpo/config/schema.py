@@ -56,6 +56,10 @@ class SACConfig:
     critic_hidden_sizes: list[int] | None = None
     """Hidden layer widths of each critic; null = hidden_sizes (large-batch recipes widen the critics to
     512-1024 and keep the actor small)."""
+    weight_init: str = "default"
+    """Weight initialisation of the actor and critics: default (torch's nn.Linear), xavier (xavier-uniform weights,
+    zero biases: REDQ's and DroQ's code) or lecun (truncated-normal lecun_normal weights, zero biases: flax's
+    Dense default, so CrossQ's code)."""
     layer_norm: bool = False
     """LayerNorm in every hidden layer of the critics (DroQ, with dropout; FastTD3 / FlashSAC's stabiliser for big
     batches)."""
@@ -79,15 +83,20 @@ class SACConfig:
     paper's 100,000)."""
     policy_delay: int = 1
     """Critic updates per actor and alpha update (CrossQ: 3; REDQ: 20, one per env step at its 20 updates per
-    step)."""
+    step). The actor and alpha step on the last update of each block of policy_delay, after its critic
+    updates, as REDQ's and CrossQ's code do."""
     adam_beta1: float = 0.9
-    """Adam's beta1 of the actor, critic and alpha optimizers (CrossQ: 0.5)."""
+    """Adam's beta1 of the actor and critic optimizers, and of alpha's unless alpha_adam_beta1 is set (CrossQ:
+    0.5)."""
     actor_lr: float = 3e-4
     """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
     """Adam learning rate of the twin critics."""
     alpha_lr: float = 3e-4
     """Adam learning rate of log(alpha), the entropy temperature."""
+    alpha_adam_beta1: float | None = None
+    """Adam's beta1 of the alpha optimizer; null = adam_beta1 (CrossQ's code: 0.9, Adam's default, beside 0.5 for
+    the actor and critics)."""
     init_alpha: float = 1.0
     """Initial entropy temperature alpha."""
     target_entropy: float | None = None
@@ -102,7 +111,8 @@ class SACConfig:
     precision: str = "fp32"
     """fp32, bf16 (autocast for the update; refused where the device has no native bf16) or auto: bf16 where the
     device computes it natively (CUDA 8.0+, a CPU with AVX512-BF16 or AMX), else fp32. Resolved once at start-up,
-    printed, and stored resolved in the run's config.yaml."""
+    printed, and stored resolved in the run's config.yaml. Under bf16 the critics' output layer, the TD target and
+    the losses stay fp32."""
 
 
 @dataclass

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 from collections.abc import Iterator
+from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -17,11 +21,12 @@ from torch import nn
 from torchrl.modules import BatchRenorm1d, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import CrossQLoss, REDQLoss, ValueEstimators
 
+from mbpo.agents import sac_loss
 from mbpo.agents.batch_renorm import BatchRenorm
 from mbpo.agents.networks import BatchedMLP
 from mbpo.agents.sac import SAC
 from mbpo.agents.sac_loss import Draws
-from mbpo.config import ConfigError, load_config
+from mbpo.config import ConfigError, SACConfig, load_config
 from mbpo.device.precision import bf16_autocast_supported
 from tests.agents.test_sac import ACT_DIM, HIGH, LOW, OBS_DIM, _LocScale, _QNet, make_batch, make_sac, params_of
 
@@ -33,6 +38,7 @@ OPTIONS = {
     "crossq": {"crossq": True, "policy_delay": 3, "adam_beta1": 0.5, "renorm_warmup": 2},
 }
 """One config per critic option (small sizes; renorm past its warm-up within a few updates)."""
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(autouse=True)
@@ -233,11 +239,14 @@ def test_batch_renorm_moves_its_statistics_only_in_the_update() -> None:
     sac.act(obs, explore=True)
     after = sac.actor.state_dict()
     assert all(torch.equal(state[k], after[k]) for k in state)
-    sac.update(make_batch())  # the first update is an actor update (policy delay counts from it)
+    for s in range(3):  # policy_delay 3: the third update is the block's actor update
+        sac.update(make_batch(seed=s))
+        if s < 2:  # the critic-only updates sample the next action with the running statistics
+            assert torch.equal(state["renorms.0.running_mean"], sac.actor.state_dict()["renorms.0.running_mean"])
     moved = sac.actor.state_dict()
     assert not torch.equal(state["renorms.0.running_mean"], moved["renorms.0.running_mean"])
     assert int(moved["renorms.1.num_batches_tracked"]) == 1
-    assert int(sac.critic.renorms[0].num_batches_tracked) == 1  # one joint pass per update
+    assert int(sac.critic.renorms[0].num_batches_tracked) == 3  # one joint pass per update
 
 
 def test_dropout_layer_norm_critic_is_linear_dropout_layernorm_relu_per_member() -> None:
@@ -289,21 +298,24 @@ def test_redq_subset_is_m_distinct_critics_drawn_anew() -> None:
     assert len(set(subsets)) > 5
 
 
-def test_policy_delay_steps_the_actor_and_alpha_once_per_delay() -> None:
+def test_policy_delay_steps_the_actor_and_alpha_on_the_last_update_of_each_block() -> None:
+    """REDQ's redq_sac.py (watchernyu/REDQ, lines 214 and 244: ``(i_update + 1) % policy_update_delay == 0``) and
+    sbx's CrossQ (``(n_updates + 1 + i) % policy_delay == 0``): the policy steps after its block's critic updates,
+    so with a delay of 3 on updates 2 and 5 (from 0) of 7, never on the first.
+    """
     sac = make_sac(policy_delay=3)
     actor_before = copy.deepcopy(sac.actor.state_dict())
-    alphas = []
+    alphas, log_alpha0 = [], sac.log_alpha.item()
     for s in range(7):
         sac.update(make_batch(seed=s))
         alphas.append(sac.log_alpha.item())
-        if s == 0:
-            assert not torch.equal(actor_before["net.0.weight"], sac.actor.state_dict()["net.0.weight"])
-    # the actor and alpha step on updates 0, 3 and 6; the critic on all 7
-    assert [int(st["step"]) for st in sac.actor_optim.state.values()][0] == 3
+        moved = not torch.equal(actor_before["net.0.weight"], sac.actor.state_dict()["net.0.weight"])
+        assert moved == (s >= 2), s
+    assert [int(st["step"]) for st in sac.actor_optim.state.values()][0] == 2
     assert [int(st["step"]) for st in sac.critic_optim.state.values()][0] == 7
-    assert alphas[0] == alphas[1] == alphas[2] != alphas[3] == alphas[4] == alphas[5] != alphas[6]
+    assert log_alpha0 == alphas[0] == alphas[1] != alphas[2] == alphas[3] == alphas[4] != alphas[5] == alphas[6]
     metrics = sac.pop_metrics()
-    assert metrics["updates"] == 7 and metrics["loss_actor"] != 0  # the actor's means are over its 3 updates
+    assert metrics["updates"] == 7 and metrics["loss_actor"] != 0  # the actor's means are over its 2 updates
 
 
 @pytest.mark.parametrize("option", sorted(OPTIONS))
@@ -370,3 +382,206 @@ def test_bf16_update_of_each_option_is_close_to_fp32(option: str) -> None:
 def test_a_bad_critic_combination_is_one_config_error(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
+
+
+# --- the peers' constants against their authors' code -----------------------------------------------------------
+
+REDQ_INIT = {"weight_init": "xavier"}  # watchernyu/REDQ redq/algos/core.py 20-22, 98, 198: xavier_uniform_, zero bias
+DROQ = {"actor_q": "mean", "weight_init": "xavier", "num_critics": 2, "dropout": 0.01, "layer_norm": True}
+"""TakuyaHiraoka/Dropout-Q-Functions-for-Doubly-Efficient-Reinforcement-Learning: KUCodebase/code/agent.py 337-338
+(the actor against ``0.5 * (q1 + q2)`` when target_drop_rate > 0; OriginalREDQCodebase/redq/algos/redq_sac.py 231,
+the mean over its critics), model.py 16 and rltorch's builder.py (``xavier_uniform_``, zero bias)."""
+CROSSQ = {"weight_init": "lecun", "target_entropy": None, "alpha_lr": 1e-3, "alpha_adam_beta1": 0.9,
+          "adam_beta1": 0.5, "actor_lr": 1e-3, "critic_lr": 1e-3, "policy_delay": 3}
+"""araffin/sbx sbx/crossq/crossq.py 162-170 (alpha's ``optax.adam(learning_rate)``: lr 1e-3, Adam's b1 0.9; target
+entropy -act_dim), policies.py 293-298 (b1 0.5 for the actor and critics), flax ``nn.Dense``'s default lecun_normal
+kernel and zero bias; adityab/CrossQ train.py 126-135 and sbx/sac/sac.py 166-175 agree."""
+PEERS = {
+    "hopper_redq.yaml": {**REDQ_INIT, "actor_q": "mean", "num_critics": 10, "num_min": 2, "policy_delay": 20},
+    "walker2d_redq.yaml": {**REDQ_INIT, "actor_q": "mean", "num_critics": 10, "num_min": 2, "policy_delay": 20},
+    "hopper_mbpo_redq.yaml": {**REDQ_INIT, "actor_q": "mean", "num_critics": 10, "num_min": 2},
+    "walker2d_mbpo_redq.yaml": {**REDQ_INIT, "actor_q": "mean", "num_critics": 10, "num_min": 2},
+    "hopper_mbpo_redq_masked.yaml": {**REDQ_INIT, "actor_q": "mean"},
+    "walker2d_mbpo_redq_masked.yaml": {**REDQ_INIT, "actor_q": "mean"},
+    "hopper_droq.yaml": {**DROQ, "policy_delay": 20},
+    "walker2d_droq.yaml": {**DROQ, "policy_delay": 20},
+    "hopper_mbpo_droq.yaml": DROQ,
+    "walker2d_mbpo_droq.yaml": DROQ,
+    "hopper_crossq.yaml": CROSSQ,
+    "walker2d_crossq.yaml": CROSSQ,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_peer_configs_hold_their_authors_constants(name: str) -> None:
+    sac = load_config(CONFIGS / name).agent.sac
+    assert {key: getattr(sac, key) for key in PEERS[name]} == PEERS[name]
+
+
+@pytest.mark.parametrize("name", ["hopper_crossq.yaml", "walker2d_crossq.yaml"])
+def test_crossq_learner_has_sbxs_entropy_target_and_alpha_optimizer(name: str) -> None:
+    """sbx: target entropy -act_dim (crossq.py 168-170), alpha on optax.adam at the learning rate with Adam's
+    default b1 0.9 (162-164) while the actor and critics use b1 0.5 (policies.py 293-298).
+    """
+    config = load_config(CONFIGS / name).agent.sac
+    config.critic_hidden_sizes = [64, 64]  # the constants under test do not depend on the width
+    act_dim = 3 if name.startswith("hopper") else 6
+    space = gym.spaces.Box(-np.inf, np.inf, (11,), np.float32)
+    sac = SAC(config, space, gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32), "cpu")
+    assert sac.target_entropy == -act_dim
+    (alpha,), (actor,), (critic,) = (o.param_groups for o in (sac.alpha_optim, sac.actor_optim, sac.critic_optim))
+    assert (alpha["lr"], alpha["betas"]) == (1e-3, (0.9, 0.999))
+    assert (actor["lr"], actor["betas"]) == (critic["lr"], critic["betas"]) == (1e-3, (0.5, 0.999))
+
+
+def test_alpha_optimizer_shares_adam_beta1_unless_set() -> None:
+    (group,) = make_sac(adam_beta1=0.5).alpha_optim.param_groups
+    assert group["betas"] == (0.5, 0.999)  # today's behaviour is the default
+    (group,) = make_sac(adam_beta1=0.5, alpha_adam_beta1=0.8).alpha_optim.param_groups
+    assert group["betas"] == (0.8, 0.999)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("agent.sac.weight_init=kaiming", "agent.sac.weight_init='kaiming' is not allowed; expected one of default, "
+                                      "xavier, lecun"),
+    ("agent.sac.alpha_adam_beta1=1.0", r"agent.sac.alpha_adam_beta1=1.0 is out of range; expected a value in "
+                                       r"\[0, 1\): Adam with beta1 = 1 never moves its first moment"),
+])
+def test_a_bad_init_or_alpha_beta1_is_one_config_error(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_droq_actor_loss_is_the_mean_of_its_two_critics() -> None:
+    """KUCodebase/code/agent.py 331-343 with target_drop_rate > 0: ``q = 0.5 * (q1 + q2)``, ``policy_loss =
+    mean(-q - alpha * entropy)``, the critics in train mode (dropout on).
+    """
+    sac = make_sac(seed=2, dropout=0.1, layer_norm=True, actor_q="mean", init_alpha=0.7)
+    batch = make_batch(64, seed=3)
+    draws = sac._draws(64, update_actor=True)
+    sac._draws = lambda batch_size, update_actor: draws  # type: ignore[method-assign]
+    with torch.no_grad():
+        action, log_prob = sac.actor.sample(batch["obs"], draws.eps[0])
+        q1, q2 = sac.critic(torch.cat((batch["obs"], action), -1), dropout=draws.dropout_pi).squeeze(-1)
+        entropy = -log_prob
+        want = (-0.5 * (q1 + q2) - 0.7 * entropy).mean().item()
+        with_min = (-torch.min(q1, q2) - 0.7 * entropy).mean().item()
+    got = sac.update(batch)["loss_actor"]
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert got != pytest.approx(with_min, rel=1e-3)  # the test tells the two apart
+
+
+def _layers(sac: SAC) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """``(name, weight [fan_in, fan_out], bias)`` of every affine map: the actor's (its output layer as the mean and
+    log-std heads), then each critic member's.
+    """
+    linears = [m for m in sac.actor.net if isinstance(m, nn.Linear)]
+    out = [(f"actor.{i}", m.weight.T, m.bias) for i, m in enumerate(linears[:-1])]
+    a = sac.act_dim
+    out += [(f"actor.{head}", linears[-1].weight[rows].T, linears[-1].bias[rows])
+            for head, rows in (("mean", slice(0, a)), ("log_std", slice(a, 2 * a)))]
+    return out + [(f"critic.{i}[{m}]", layer.weight[m], layer.bias[m, 0])
+                  for i, layer in enumerate(sac.critic.layers) for m in range(layer.members)]
+
+
+@pytest.mark.parametrize("scheme", ["default", "xavier", "lecun"])
+def test_weight_init_follows_its_reference_definition(scheme: str) -> None:
+    """default: nn.Linear's U(+-1/sqrt(fan_in)) weights and biases. xavier: torch's xavier_uniform_ (gain 1), the
+    REDQ and DroQ codes' init, U(+-sqrt(6 / (fan_in + fan_out))) with zero biases. lecun: jax's lecun_normal (flax
+    nn.Dense's default, CrossQ's), N(0, 1 / fan_in) truncated at two of its (pre-rescaling) standard deviations and
+    rescaled by 1 / 0.8796 to keep the variance 1 / fan_in, zero biases. The target critics start equal.
+    """
+    config = SACConfig(hidden_sizes=[256, 256], weight_init=scheme)
+    sac = SAC(config, gym.spaces.Box(-np.inf, np.inf, (17,), np.float32), gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
+              "cpu", seed=4)
+    for name, weight, bias in _layers(sac):
+        fan_in, fan_out = weight.shape
+        w = weight.detach().flatten().double()
+        big = w.numel() >= 1_000  # enough draws for a 5% check of the spread
+        if scheme == "default":
+            bound = 1 / math.sqrt(fan_in)
+            assert w.abs().max() <= bound and bias.abs().max() <= bound and bias.abs().max() > 0, name
+            assert not big or w.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), name
+            continue
+        assert torch.count_nonzero(bias) == 0, name
+        if scheme == "xavier":
+            bound = math.sqrt(6 / (fan_in + fan_out))
+            assert w.abs().max() <= bound and (not big or w.abs().max() > 0.99 * bound), name
+            assert not big or w.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), name
+        else:
+            std = 1 / math.sqrt(fan_in)
+            assert w.abs().max() <= 2 * std / 0.87962566103423978, name
+            assert not big or w.std().item() == pytest.approx(std, rel=0.05), name
+    assert sac.target_critic is not None
+    assert all(torch.equal(a, b) for a, b in zip(sac.critic.state_dict().values(),
+                                                  sac.target_critic.state_dict().values(), strict=True))
+
+
+def test_weight_init_default_is_todays_init() -> None:
+    """The key's default moves no draw: the same seed gives the same weights as a config without it."""
+    a, b = make_sac(seed=6), make_sac(seed=6, weight_init="default")
+    pa, pb = params_of(a), params_of(b)
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert not torch.equal(pa["critic.layers.0.weight"], params_of(make_sac(seed=6, weight_init="xavier"))[
+        "critic.layers.0.weight"])
+
+
+# --- bf16: matmuls only; Q values, the TD target and the losses keep fp32 resolution ----------------------------
+
+needs_bf16 = pytest.mark.skipif(not bf16_autocast_supported(torch.device("cpu")), reason="this CPU has no native bf16")
+
+
+@needs_bf16
+def test_bf16_critic_output_has_fp32_resolution() -> None:
+    """Near Q = 300 bf16's spacing is 2: two values 0.8 apart must not collapse to one under bf16 autocast."""
+    torch.manual_seed(0)
+    net = BatchedMLP(2, 8, [64, 64], 1, fp32_output=True)
+    with torch.no_grad():
+        net.layers[-1].weight.mul_(4.0)
+        net.layers[-1].bias.fill_(300.0)
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    fp32 = net(x).squeeze(-1)[1]
+    assert 0.2 < (fp32[0] - fp32[1]).abs() < 2.0 and (fp32 - 300).abs().max() < 1.0  # one bf16 value: 300
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = net(x).squeeze(-1)[1]
+        net.fp32_output = False
+        quantised = net(x).squeeze(-1)[1]
+    assert out.dtype == torch.float32 and out[0] != out[1]
+    torch.testing.assert_close(out, fp32, rtol=0, atol=0.01)  # the hidden layers' bf16 moves Q by hundredths
+    assert quantised[0] == quantised[1] == 300  # what a bf16 output layer gives
+
+
+@needs_bf16
+@pytest.mark.parametrize("option", ["sac", *sorted(OPTIONS)])
+def test_bf16_td_target_and_critic_loss_keep_fp32_resolution(option: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Critics near Q = 300, rewards near 300 * (1 - gamma) = 3: the TD errors are a fraction of bf16's spacing
+    there. The target critics' values reach the TD target unquantised, the target is fp32, and the bf16 update's
+    critic loss is within 1% of fp32's (a bf16 output layer put it 11-29% off).
+    """
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    td_target = sac_loss.td_target
+
+    def spy(*args: torch.Tensor) -> torch.Tensor:
+        target = td_target(*args)
+        seen.append((args[3], target))
+        return target
+
+    monkeypatch.setattr(sac_loss, "td_target", spy)
+    extra = {} if option == "sac" else OPTIONS[option]
+    learners = [make_sac(seed=1, precision=p, init_alpha=1e-3, **extra) for p in ("fp32", "bf16")]  # type: ignore[arg-type]
+    for sac in learners:
+        for net in (sac.critic, sac.target_critic):
+            if net is not None:
+                with torch.no_grad():
+                    net.layers[-1].weight.mul_(4.0)
+                    net.layers[-1].bias.fill_(300.0)
+    for s in range(3):
+        batch = make_batch(64, seed=s)
+        batch["reward"] = 3.0 + 0.5 * torch.randn(64, generator=torch.Generator().manual_seed(100 + s))
+        batch["terminated"] = torch.zeros(64, dtype=torch.bool)
+        want = learners[0].update(batch)["loss_critic"]
+        got = learners[1].update(batch)["loss_critic"]
+        next_q, target = seen[-1]
+        assert next_q.dtype == target.dtype == torch.float32
+        assert bool((next_q != next_q.bfloat16().float()).any()), "the target critics' values were bf16"
+        assert got == pytest.approx(want, rel=0.01), s
