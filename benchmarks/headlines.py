@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sample_efficiency import first_reaching, steps_to_threshold
 
-from mbpo.run.metrics import eval_curve
+from mbpo.run.metrics import UnreadableMetricsError, eval_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = ROOT / "docs" / "results" / "headlines.json"
@@ -115,10 +115,7 @@ def train(row: dict[str, Any], seed: int) -> dict[str, Any]:
             while proc.poll() is None:
                 time.sleep(POLL_S)
                 if (run_dir / "metrics.csv").exists():
-                    evals = eval_curve(run_dir / "metrics.csv")
-                    if settled(row["rule"], row["threshold"], evals):
-                        time.sleep(POLL_S)  # read again: the row read may have been half written
-                        evals = eval_curve(run_dir / "metrics.csv")
+                    evals = eval_curve(run_dir / "metrics.csv")  # complete rows only: a half-written one is left out
                     if settled(row["rule"], row["threshold"], evals):
                         proc.terminate()  # the trainer stops cleanly on SIGTERM
                         proc.wait()
@@ -126,7 +123,10 @@ def train(row: dict[str, Any], seed: int) -> dict[str, Any]:
             if proc.returncode != 0 and not stopped:
                 log.seek(0)
                 return {"seed": seed, "error": f"exit {proc.returncode}: {log.read()[-2000:]}"}
-        evals = eval_curve(run_dir / "metrics.csv")
+        try:
+            evals = eval_curve(run_dir / "metrics.csv")
+        except UnreadableMetricsError as exc:  # a run that exited 0 without its metrics: a failed run, named
+            return {"seed": seed, "error": str(exc)}
     return {"seed": seed, "steps": steps_for(row["rule"], row["threshold"], evals), "stopped_early": stopped,
             "wall_s": round(time.perf_counter() - start, 1), "evals": [(s, round(r, 1)) for s, r in evals]}
 
@@ -141,6 +141,25 @@ def throughput(row: dict[str, Any]) -> dict[str, Any]:
     return {"figures": {name: m["ratio"] for name, m in measured.items()}, "pairs": measured}
 
 
+def read_stored(path: Path) -> dict[str, Any] | None:
+    """The stored figures of ``path``; None, after one line on stderr saying what is wrong, when it is missing,
+    not JSON or has no ``rows``.
+    """
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        why = f"is not JSON ({' '.join(str(exc).split())})"
+    else:
+        if isinstance(stored, dict) and isinstance(stored.get("rows"), dict):
+            return stored
+        why = "has no \"rows\" mapping"
+    print(f"error: --stored {path} {why}; expected stored figures such as {STORED.relative_to(ROOT)} (its "
+          "\"rows\" by name)", file=sys.stderr)
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", default=None, help="rows to run (default: all)")
@@ -150,7 +169,9 @@ def main() -> int:
     args = parser.parse_args()
     from mbpo.run.provenance import code_version, machine
 
-    stored = json.loads(args.stored.read_text())
+    stored = read_stored(args.stored)
+    if stored is None:
+        return 2
     names = args.only or list(stored["rows"])
     unknown = sorted(set(names) - set(stored["rows"]))
     if unknown:

@@ -39,10 +39,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from mbpo.run.plotting import Run
 
 ENVS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5"}
 STEPS = 30_000
@@ -219,14 +222,16 @@ def last_evals_mean(evals: dict[int, float]) -> float | None:
 
 
 def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
-    from mbpo.run.metrics import read_metrics
+    """A learner's figures over its run dirs that have evaluations; a seed not run (no dir) is left out, and
+    a run not evaluated yet or unreadable is left out with a note on stderr naming it and why.
+    """
+    from mbpo.run.metrics import note_passed_over, read_runs
     from mbpo.run.throughput import steady_rate
 
+    read, passed = read_runs([d for d in run_dirs if d.is_dir()])
+    note_passed_over("[locomotion]", passed)
     runs = []
-    for run_dir in run_dirs:
-        if not (run_dir / "metrics.csv").is_file():
-            continue
-        rows = read_metrics(run_dir / "metrics.csv")
+    for run_dir, rows in read.items():
         evals = {int(r["env_steps"]): float(r["eval_return"]) for r in rows if r.get("eval_return")}
         last = rows[-1]
         run: dict[str, Any] = {
@@ -295,13 +300,13 @@ def published_curves(env_id: str) -> dict[str, Any]:
     return found
 
 
-def draw(env: str, run_dirs: list[Path], out: Path, paper: dict[str, Any] | None,
+def draw(env: str, runs: list[Run], out: Path, paper: dict[str, Any] | None,
          published: dict[str, Any] | None = None) -> Path:
     from mbpo.run.plotting import _pyplot, curves
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.4))
-    for label, c in curves(run_dirs).items():
+    for label, c in curves(runs).items():
         k = len(c["seeds"])
         line, = ax.plot(c["x"], c["median"], "o-", ms=3, label=f"{label} ({k} seed{'s' if k > 1 else ''})")
         if k > 1:
@@ -333,7 +338,8 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     published curves' figures at 30k, the targets; and the charts, drawn into ``charts`` (the run root by
     default; docs/img for the ones docs/benchmarks.md shows, so they cannot lag the committed runs).
     """
-    from mbpo.run.plotting import plot_model_health
+    from mbpo.run.metrics import note_passed_over
+    from mbpo.run.plotting import load_runs, plot_model_health
 
     dirs = {learner: [run_dir_of(root, env, learner, s) for s in seeds] for learner in LEARNERS}
     result: dict[str, Any] = {"benchmark": "locomotion", "env": ENVS[env], "env_steps": STEPS,
@@ -359,18 +365,21 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
         from published_curves import near
 
         result["published"] = {m: {"source": c["source"], "near_33333": near(c, 33_333)} for m, c in published.items()}
-    existing = [d for learner in LEARNERS for d in dirs[learner] if (d / "metrics.csv").is_file()]
-    if existing and importlib.util.find_spec("matplotlib") is None:
+    summarized = [Path(r["run_dir"]) for summary in learners.values() for r in summary["runs"]]
+    if summarized and importlib.util.find_spec("matplotlib") is None:
         # A chart is not worth a failed invocation: a queue of runs stops at a failed one.
         print("[locomotion] no charts: matplotlib is not installed (pip install -e '.[plots]'); the JSON line has "
               "every figure", file=sys.stderr)
-    elif existing:
+    elif summarized:
+        runs, passed = load_runs(summarized)
+        note_passed_over("[locomotion] charts:", passed)  # a broken config.yaml: in the JSON line, not the chart
         charts = root if charts is None else charts
         charts.mkdir(parents=True, exist_ok=True)
-        result["plot"] = str(draw(env, existing, charts / f"{env}_learning_curves.png", paper, published))
+        if runs:
+            result["plot"] = str(draw(env, runs, charts / f"{env}_learning_curves.png", paper, published))
         for learner in ("mbpo", best):
-            model_dirs = [d for d in dirs[learner] if (d / "metrics.csv").is_file()]
-            health = plot_model_health(model_dirs, charts / f"{env}_{learner}_model_health.png") if model_dirs else None
+            model_runs = [r for r in runs if r.path in dirs[learner]]
+            health = plot_model_health(model_runs, charts / f"{env}_{learner}_model_health.png") if model_runs else None
             if health is not None:
                 result[f"{learner}_model_health_plot"] = str(health)
     sync_vs_async = async_against_sync(learners)
@@ -440,6 +449,11 @@ def main() -> None:
 
     quiet_torchrl()
     root = args.run_root.expanduser()
+    if args.report_only and not (root / args.env).is_dir():
+        what = f"{root} does not exist" if not root.exists() else f"{root} has no {args.env} folder"
+        print(f"error: --run-root {what}; expected a run root holding <env>/<learner>-s<seed> run dirs "
+              "(e.g. docs/results/locomotion)", file=sys.stderr)
+        raise SystemExit(2)
     if not args.report_only:
         for seed in args.seeds:  # seed-major, so an interrupted invocation has every learner at some seeds
             for learner in args.learners:

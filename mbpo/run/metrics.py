@@ -10,26 +10,122 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import math
-from collections.abc import Collection
+import sys
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-__all__ = ["MetricsLogger", "BASE_COLUMNS", "read_metrics", "eval_curve"]
+from mbpo.errors import MbpoError
+
+__all__ = ["MetricsLogger", "BASE_COLUMNS", "REQUIRED_COLUMNS", "UnreadableMetricsError", "read_metrics",
+           "eval_curve", "read_runs", "note_passed_over"]
 
 BASE_COLUMNS = ["env_steps", "updates", "wall_s", "train_return", "eval_return"]
+REQUIRED_COLUMNS = ("env_steps", "eval_return")
+"""The columns without which a CSV is not a metrics.csv of a run (every writer of one, ours or a peer's
+baseline through :class:`MetricsLogger`, has them)."""
+
+
+class UnreadableMetricsError(MbpoError):
+    """A metrics.csv that cannot be read as one: not text, not ours, or damaged in the middle."""
 
 
 def read_metrics(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The complete rows of a metrics.csv, also of a run that is still writing it.
+
+    A last row cut mid-write (the file does not end in a newline, or the row is short of fields) is left out,
+    so no reader takes a cut value (``-14`` of ``-1457.4``) for a measurement; a header alone is no rows.
+    Raises :class:`UnreadableMetricsError`, naming the file and what is wrong, for a file that is not text,
+    lacks :data:`REQUIRED_COLUMNS` (some other CSV), has a row with the wrong number of fields before its
+    last, or a :data:`BASE_COLUMNS` cell that is not a number.
+    """
+    path = Path(path)
+    not_text = UnreadableMetricsError(f"{path} is not a text CSV (binary or damaged); expected the metrics.csv "
+                                      "that `python -m mbpo train` writes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_text from None
+    except OSError as exc:
+        raise UnreadableMetricsError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    if "\0" in text:
+        raise not_text
+    try:
+        table = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error:
+        raise not_text from None
+    if not table:
+        return []  # created, nothing written yet
+    header = table[0]
+    rows = [(i, cells) for i, cells in enumerate(table[1:], start=2) if cells]  # a blank line is no row
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise UnreadableMetricsError(f"{path} has no {' and no '.join(missing)} column (header: "
+                                     f"{','.join(header)[:80]}); expected the metrics.csv of an mbpo run")
+    if rows and (not text.endswith("\n") or len(rows[-1][1]) < len(header)):
+        rows.pop()  # cut mid-write: the writer appends whole lines, each ending in a newline
+    out = []
+    for i, cells in rows:
+        if len(cells) != len(header):
+            raise UnreadableMetricsError(f"{path} line {i} has {len(cells)} fields; expected {len(header)}, one "
+                                         "per header column")
+        row = dict(zip(header, cells, strict=True))
+        for column in BASE_COLUMNS:  # empty where nothing was measured; env_steps never is
+            if (row.get(column) or column == "env_steps") and not _is_number(row[column], column == "env_steps"):
+                raise UnreadableMetricsError(f"{path} line {i}: {column} {row[column][:20]!r} is not a number; "
+                                             f"expected {'an integer' if column == 'env_steps' else 'a number'}")
+        out.append(row)
+    return out
 
 
 def eval_curve(path: str | Path) -> list[tuple[int, float]]:
     """``(env_steps, eval_return)`` of every evaluated row of a metrics.csv, in order."""
     return [(int(r["env_steps"]), float(r["eval_return"])) for r in read_metrics(path) if r["eval_return"]]
+
+
+def read_runs(run_dirs: Iterable[str | Path], column: str | None = "eval_return",
+              ) -> tuple[dict[Path, list[dict[str, str]]], dict[Path, str]]:
+    """The rows of each run dir whose metrics.csv reads and has a ``column`` value (any row, for None), and
+    why each other one was passed over: nothing yet (``no evaluations yet``; a run starting or one that
+    never did) or the reason it is unreadable. Every tool that reads run dirs goes through it, so a run in
+    progress or a damaged one is named and skipped instead of ending the tool.
+    """
+    nothing = {"eval_return": "no evaluations yet", None: "no rows yet"}.get(column, f"no {column} yet")
+    read: dict[Path, list[dict[str, str]]] = {}
+    passed: dict[Path, str] = {}
+    for run_dir in map(Path, run_dirs):
+        path = run_dir / "metrics.csv"
+        if not path.is_file():
+            passed[run_dir] = f"{nothing} (no metrics.csv)"
+            continue
+        try:
+            rows = read_metrics(path)
+        except UnreadableMetricsError as exc:
+            passed[run_dir] = f"unreadable: {exc}"
+            continue
+        if not any(column is None or r.get(column) for r in rows):
+            passed[run_dir] = nothing
+        else:
+            read[run_dir] = rows
+    return read, passed
+
+
+def note_passed_over(prefix: str, passed: dict[Path, str]) -> None:
+    """One line on stderr per run dir a tool passed over, naming it and why (``prefix`` names the tool)."""
+    for run_dir, why in passed.items():
+        print(f"{prefix} passed over {run_dir}: {why}", file=sys.stderr)
+
+
+def _is_number(text: str, integer: bool) -> bool:
+    try:
+        int(text) if integer else float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class MetricsLogger:

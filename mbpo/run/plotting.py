@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mbpo.errors import MbpoError
-from mbpo.run.metrics import read_metrics
+from mbpo.run.metrics import note_passed_over, read_runs
 
-__all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "X_AXES", "HEALTH_PANELS"]
+__all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "load_runs", "plottable",
+           "check_out", "default_out", "Run", "X_AXES", "HEALTH_PANELS"]
 
 X_AXES = ("env_steps", "wall_s")
 HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -34,6 +36,20 @@ HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("critic bias at evaluation start states (Q - MC return)", ("q_bias", "q_bias_reward"), False),
 )
 """``(title, metrics.csv columns, log scale)`` of the model-health chart's panels."""
+NOTE = "[mbpo] plot:"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run dir ready to draw: its complete metrics rows (mbpo.run.metrics.read_metrics), curve label and seed."""
+
+    path: Path
+    rows: list[dict[str, str]]
+    label: str
+    seed: int | None
+
+
+RunDirs = Sequence[str | Path] | Sequence[Run]
 
 
 def run_label(run_dir: Path) -> tuple[str, int | None]:
@@ -42,7 +58,12 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
     if config_path.is_file():
         from mbpo.config import config_from_yaml, updates_per_transition
 
-        cfg = config_from_yaml(config_path.read_text())
+        try:
+            text = config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MbpoError(f"{config_path} cannot be read as text ({exc}); expected the config.yaml the run "
+                            "was started with") from None
+        cfg = config_from_yaml(text, source=str(config_path))
         extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}{critic_label(cfg)}"
         extra += ", sync trainer" if cfg.trainer == "sync" else ""
         extra += model_label(cfg)
@@ -65,12 +86,16 @@ def critic_label(cfg: Any) -> str:
         parts.append("CrossQ")
     if sac.num_critics != 2 or sac.num_min is not None:
         parts.append(f"{sac.num_critics} critics, min of {sac.num_min or sac.num_critics}, actor on {sac.actor_q}")
+    elif sac.actor_q != "min":
+        parts.append(f"actor on {sac.actor_q}")
     if sac.dropout > 0:
         parts.append(f"dropout {sac.dropout:g}")
     if sac.layer_norm:
         parts.append("LayerNorm")
     if sac.policy_delay > 1:
         parts.append(f"policy delay {sac.policy_delay}")
+    if sac.weight_init != "default":
+        parts.append(f"{sac.weight_init} init")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -93,18 +118,64 @@ def model_label(cfg: Any) -> str:
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
-def _curve(run_dir: Path, x: str, y: str = "eval_return") -> list[tuple[float, float]]:
-    """The ``(x, y)`` points of a run; none for a dir without a metrics.csv (a run that never started)."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return []
-    return [(float(r[x]), float(r[y])) for r in read_metrics(path) if r.get(y) and r.get(x)]
+def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return") -> tuple[list[Run], dict[Path, str]]:
+    """The runs of ``run_dirs`` that can be drawn (a readable metrics.csv with a ``column`` value, any row for
+    None; a label), in order, and why each other one was passed over (:func:`mbpo.run.metrics.read_runs`, or
+    its config.yaml or run.json). A path that is not a directory is an error: a typo, not a run in progress.
+    """
+    paths = [Path(d) for d in run_dirs]
+    for run_dir in paths:
+        if not run_dir.is_dir():
+            raise MbpoError(f"{run_dir} is not a directory; expected run dirs written by `python -m mbpo train`")
+    read, passed = read_runs(paths, column)
+    runs = []
+    for run_dir in paths:
+        if run_dir not in read:
+            continue
+        try:
+            label, seed = run_label(run_dir)
+        except MbpoError as exc:
+            passed[run_dir] = f"unreadable: {' '.join(str(exc).split())}"
+            continue
+        runs.append(Run(run_dir, read[run_dir], label, seed))
+    return runs, {d: passed[d] for d in paths if d in passed}
 
 
-def curves(run_dirs: list[str | Path], x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
+def plottable(run_dirs: RunDirs) -> list[Run]:
+    """The runs of ``run_dirs`` with evaluations to draw; each other one is passed over with a one-line note on
+    stderr naming it and why. None at all is an MbpoError naming each run and why (one line).
+    """
+    if not run_dirs:
+        raise MbpoError("plot needs at least one run dir")
+    if all(isinstance(r, Run) for r in run_dirs):
+        return [r for r in run_dirs if isinstance(r, Run)]
+    runs, passed = load_runs([r.path if isinstance(r, Run) else r for r in run_dirs])
+    if not runs:
+        if all(why.startswith("no evaluations yet") for why in passed.values()):
+            raise MbpoError(f"no evaluations yet in {', '.join(map(str, passed))}: plot a run once it has "
+                            "evaluated (every eval_every env steps)")
+        raise MbpoError("no run to plot: " + "; ".join(f"{d}: {why}" for d, why in passed.items()))
+    note_passed_over(NOTE, passed)
+    return runs
+
+
+def _as_runs(run_dirs: RunDirs) -> list[Run]:
+    """Runs as they are; run dirs loaded, any row counting, each one passed over noted on stderr."""
+    if all(isinstance(r, Run) for r in run_dirs):
+        return [r for r in run_dirs if isinstance(r, Run)]
+    runs, passed = load_runs([r.path if isinstance(r, Run) else r for r in run_dirs], column=None)
+    note_passed_over(NOTE, passed)
+    return runs
+
+
+def _points(run: Run, x: str, y: str) -> list[tuple[float, float]]:
+    return [(float(r[x]), float(r[y])) for r in run.rows if r.get(y) and r.get(x)]
+
+
+def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
     """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, aligned by row index
     among the rows that have ``y``) and ``seeds``. Runs that differ only in their seed share a label, so they
-    make one curve.
+    make one curve. Run dirs that cannot be drawn are passed over with a note (:func:`load_runs`).
     """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
@@ -112,14 +183,11 @@ def curves(run_dirs: list[str | Path], x: str = "env_steps", y: str = "eval_retu
         raise MbpoError("plot needs at least one run dir")
     groups: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     seeds: dict[str, list[Any]] = defaultdict(list)
-    for run_dir in map(Path, run_dirs):
-        if not run_dir.is_dir():
-            raise MbpoError(f"{run_dir} is not a directory; expected run dirs written by `python -m mbpo train`")
-        points = _curve(run_dir, x, y)
-        if points:  # a run that failed to start, or has not evaluated yet, has none
-            label, seed = run_label(run_dir)
-            groups[label].append(points)
-            seeds[label].append(seed)
+    for run in _as_runs(run_dirs):
+        points = _points(run, x, y)
+        if points:  # a run that has not evaluated yet, or does not log ``y``, has none
+            groups[run.label].append(points)
+            seeds[run.label].append(run.seed)
     out: dict[str, dict[str, Any]] = {}
     for label, runs in groups.items():
         n = min(len(c) for c in runs)
@@ -130,19 +198,22 @@ def curves(run_dirs: list[str | Path], x: str = "env_steps", y: str = "eval_retu
     return out
 
 
-def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, x: str = "env_steps",
+def plot_runs(run_dirs: RunDirs, out: str | Path | None = None, x: str = "env_steps",
               title: str | None = None) -> Path:
     """Write the chart of :func:`curves` (default: ``RUN_DIR/learning_curve.png`` for one run,
-    ``learning_curves.png`` here for several); return its path.
+    ``learning_curves.png`` here for several; the format follows ``out``'s extension); return its path.
+    Runs without evaluations or unreadable are passed over with a note (:func:`plottable`).
     """
-    data = curves(run_dirs, x)
-    empty = [str(d) for d in run_dirs if not _curve(Path(d), x)]
-    if not data:
-        raise MbpoError(f"no evaluations yet in {', '.join(empty)}: plot a run once it has evaluated (every "
-                        "eval_every env steps)")
-    for run_dir in empty:
-        print(f"[mbpo] plot: passed over {run_dir}: no evaluations yet", file=sys.stderr)
+    if x not in X_AXES:
+        raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
     plt = _pyplot()
+    if out is not None:
+        check_out(Path(out))
+    runs = plottable(run_dirs)
+    data = curves(runs, x)
+    if not data:
+        raise MbpoError(f"no evaluation with {x} in {', '.join(str(r.path) for r in runs)}: nothing to plot against "
+                        f"{x}; try --x env_steps")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, c in data.items():
         k = len(c["seeds"])
@@ -151,22 +222,46 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, x: str 
             ax.fill_between(c["x"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)")
     ax.set_ylabel("evaluation return")
-    ax.set_title(title or (Path(run_dirs[0]).name if len(run_dirs) == 1 else "median and range over seeds"))
+    ax.set_title(title or (runs[0].path.name if len(runs) == 1 else "median and range over seeds"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    if out is None:
-        out = Path(run_dirs[0]) / "learning_curve.png" if len(run_dirs) == 1 else Path("learning_curves.png")
-    out = Path(out)
+    out = default_out(run_dirs) if out is None else Path(out)
     fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
 
 
-def plot_model_health(run_dirs: list[str | Path], out: str | Path, x: str = "env_steps") -> Path | None:
+def default_out(run_dirs: RunDirs) -> Path:
+    """``RUN_DIR/learning_curve.png`` for one run, ``learning_curves.png`` here for several."""
+    if len(run_dirs) != 1:
+        return Path("learning_curves.png")
+    first = run_dirs[0]
+    return (first.path if isinstance(first, Run) else Path(first)) / "learning_curve.png"
+
+
+def check_out(out: Path) -> None:
+    """An output path matplotlib can write: its folder exists and its extension names a format it knows
+    (checked before any run is read, so a typo costs nothing).
+    """
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not out.parent.is_dir():
+        raise MbpoError(f"--out {out}: the folder {out.parent} does not exist; create it first or write elsewhere")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix.lower().lstrip(".") not in formats:
+        raise MbpoError(f"--out {out}: {f'unknown image format {out.suffix!r}' if out.suffix else 'no extension'}; "
+                        f"expected one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def plot_model_health(run_dirs: RunDirs, out: str | Path, x: str = "env_steps") -> Path | None:
     """The model-health chart (:data:`HEALTH_PANELS`) of the runs that log it, median over seeds per curve;
     None (nothing written) when no run does (no MBPO run among them).
     """
-    panels = [(title, [(col, curves(run_dirs, x, col)) for col in cols], log) for title, cols, log in HEALTH_PANELS]
+    runs = _as_runs(run_dirs)  # read once, noted once
+    if not runs:
+        return None
+    panels = [(title, [(col, curves(runs, x, col)) for col in cols], log) for title, cols, log in HEALTH_PANELS]
     if not any(data for _, lines, _ in panels[:3] for _, data in lines):
         return None
     plt = _pyplot()

@@ -85,3 +85,21 @@ def test_the_stored_figures_are_complete_and_match_themselves() -> None:
             assert set(row["figures"]) == {str(s) for s in row["seeds"]} | {"median"}, name
             assert "{seed}" in row["command"] and "{run_dir}" in row["command"], name
     assert "configs/pendulum_mbpo.yaml trainer=sync" in stored["rows"]["pendulum"]["command"]
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (None, "cannot be read (No such file or directory)"),
+    ("{not json", "is not JSON"),
+    ('{"figures": {}}', 'has no "rows" mapping'),
+])
+def test_stored_figures_that_cannot_be_read_are_one_line_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        content: str | None, why: str) -> None:
+    stored = tmp_path / "stored.json"
+    if content is not None:
+        stored.write_text(content)
+    monkeypatch.setattr(sys, "argv", ["headlines.py", "--stored", str(stored)])
+    assert headlines.main() == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: --stored {stored} {why}")

@@ -76,3 +76,64 @@ def test_charts_go_where_asked_and_leave_the_run_root_alone(tmp_path: Path) -> N
     assert Path(result["plot"]) == charts / "hopper_learning_curves.png"
     assert (charts / "hopper_learning_curves.png").stat().st_size > 0
     assert not list(runs.glob("*.png"))
+
+
+@pytest.mark.parametrize(("metrics", "why"), [
+    (b"env_steps,wall_s,eval_return\n", "no evaluations yet"),  # every run's first minutes
+    (bytes(range(256)) * 4, "unreadable: {csv} is not a text CSV"),
+    (b"env_steps,wall_s,eval_return\nabc,1.0,-5\n", "unreadable: {csv} line 2: env_steps 'abc' is not a number"),
+    (b"step,reward\n1,2\n", "unreadable: {csv} has no env_steps and no eval_return column"),
+], ids=["header-only", "binary", "non-numeric", "foreign-header"])
+def test_a_run_in_progress_or_damaged_is_passed_over_by_name_and_the_rest_reported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        metrics: bytes, why: str) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    finished_run(tmp_path / "hopper" / "mbpo-s0", [100.0 * i for i in range(11)])
+    other = tmp_path / "hopper" / "mbpo-s1"
+    other.mkdir(parents=True)
+    (other / "metrics.csv").write_bytes(metrics)
+    summary = locomotion.report("hopper", tmp_path, [0, 1])["learners"]["mbpo"]
+    assert [r["run_dir"] for r in summary["runs"]] == [str(tmp_path / "hopper" / "mbpo-s0")]
+    assert summary["median_score"] == 900.0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "passed over" in line]
+    assert len(notes) == 1
+    assert notes[0].startswith(f"[locomotion] passed over {other}: {why.format(csv=other / 'metrics.csv')}")
+
+
+def test_a_cut_last_row_is_not_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    run = tmp_path / "hopper" / "mbpo-s0"
+    finished_run(run, [100.0 * i for i in range(11)])
+    with open(run / "metrics.csv", "a") as f:
+        f.write("32500,130.0,-1")  # cut mid-write from -1200.5 or so
+    (summary,) = locomotion.report("hopper", tmp_path, [0])["learners"]["mbpo"]["runs"]
+    assert summary["env_steps"] == 30_000 and summary["score"] == 900.0
+
+
+def test_a_broken_config_yaml_keeps_the_run_in_the_json_and_out_of_the_chart_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    finished_run(tmp_path / "hopper" / "mbpo-s0", [100.0 * i for i in range(11)], label="MBPO-SAC")
+    broken = tmp_path / "hopper" / "redq-s0"
+    finished_run(broken, [50.0 * i for i in range(11)], label="REDQ")
+    (broken / "config.yaml").write_text("env: [unclosed\n")
+    result = locomotion.report("hopper", tmp_path, [0], charts=tmp_path / "img")
+    assert result["learners"]["redq"]["median_score"] == 450.0 and Path(result["plot"]).is_file()
+    err = capsys.readouterr().err
+    assert f"[locomotion] charts: passed over {broken}: unreadable: {broken / 'config.yaml'} is not valid YAML" in err
+
+
+@pytest.mark.parametrize("missing", ["root", "env"])
+def test_report_only_on_a_root_without_runs_is_one_line_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], missing: str) -> None:
+    root = tmp_path / "runs"
+    if missing == "env":
+        (root / "walker2d").mkdir(parents=True)
+    monkeypatch.setattr(sys, "argv", ["locomotion.py", "--report-only", "--run-root", str(root), "--env", "hopper"])
+    with pytest.raises(SystemExit) as info:
+        locomotion.main()
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: --run-root {root} ")
+    assert ("does not exist" if missing == "root" else "has no hopper folder") in captured.err

@@ -1,4 +1,6 @@
-"""metrics.csv keeps its base columns first, grows new ones, and truncates on resume."""
+"""metrics.csv keeps its base columns first, grows new ones, and truncates on resume; its reader takes a run in
+progress (a cut last row) and names a damaged one.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mbpo.run.metrics import BASE_COLUMNS, MetricsLogger, eval_curve, read_metrics
+from mbpo.errors import MbpoError
+from mbpo.run.metrics import BASE_COLUMNS, MetricsLogger, UnreadableMetricsError, eval_curve, read_metrics, read_runs
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -62,3 +65,71 @@ def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
     log.log({"env_steps": 10, "updates": 1, "eval_return": -5.0})
     log.close()
     assert list(tmp_path.rglob("events.out.tfevents.*"))
+
+
+HEADER = ",".join(BASE_COLUMNS) + "\n"
+COMPLETE = HEADER + "100,1,1.0,,-1500.0\n"
+
+
+@pytest.mark.parametrize("cut", ["200,2,2.0,,-14", "200,2,2.0", "200,2,2.0\n"],
+                         ids=["mid-value", "mid-row", "short-row"])
+def test_a_last_row_cut_mid_write_is_left_out(tmp_path: Path, cut: str) -> None:
+    """A run in progress: the writer may be half way through a row (-14 of -1457.4); no reader takes it."""
+    path = tmp_path / "metrics.csv"
+    path.write_text(COMPLETE + cut)
+    assert eval_curve(path) == [(100, -1500.0)]
+    assert [r["env_steps"] for r in read_metrics(path)] == ["100"]
+
+
+def test_a_run_that_has_not_logged_yet_has_no_rows(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    for text in (HEADER, ""):  # a header alone: every run's first minutes
+        path.write_text(text)
+        assert read_metrics(path) == [] and eval_curve(path) == []
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (bytes(range(256)) * 4, "is not a text CSV"),
+    (HEADER.encode() + b"100,1,\x00,,-5\n", "is not a text CSV"),
+    ((HEADER + "abc,1,1.0,,-5\n").encode(), "line 2: env_steps 'abc' is not a number; expected an integer"),
+    ((COMPLETE + "200,2,2.0,,high\n").encode(), "line 3: eval_return 'high' is not a number"),
+    (b"step,reward\n1,2\n", "has no env_steps and no eval_return column (header: step,reward)"),
+    ((COMPLETE + "150,1\n" + "200,2,2.0,,-5\n").encode(), "line 3 has 2 fields; expected 5"),
+], ids=["binary", "nul", "non-numeric-env_steps", "non-numeric-eval_return", "foreign-header", "short-middle-row"])
+def test_an_unreadable_metrics_csv_is_one_user_error_naming_the_file_and_why(
+        tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableMetricsError) as info:
+        read_metrics(path)
+    assert isinstance(info.value, MbpoError)  # the CLI prints it as one line and exits 2
+    assert str(info.value).startswith(f"{path} ") and reason in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_read_runs_keeps_the_evaluated_runs_and_says_why_it_passed_over_each_other(tmp_path: Path) -> None:
+    texts = {"good": COMPLETE, "started": HEADER, "cut": COMPLETE + "200,2,2.0,,-14", "foreign": "a,b\n1,2\n"}
+    for name, text in texts.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.csv").write_text(text)
+    (tmp_path / "never").mkdir()
+    read, passed = read_runs([tmp_path / n for n in ("good", "started", "never", "cut", "foreign")])
+    assert list(read) == [tmp_path / "good", tmp_path / "cut"] and len(read[tmp_path / "cut"]) == 1
+    assert passed[tmp_path / "started"] == "no evaluations yet"
+    assert passed[tmp_path / "never"] == "no evaluations yet (no metrics.csv)"
+    assert passed[tmp_path / "foreign"].startswith(f"unreadable: {tmp_path / 'foreign' / 'metrics.csv'} has no")
+    _, any_row = read_runs([tmp_path / "started"], column=None)
+    assert any_row == {tmp_path / "started": "no rows yet"}
+
+
+def test_a_resume_after_a_cut_write_drops_the_cut_row(tmp_path: Path) -> None:
+    """A crash mid-append leaves "3" of a row at env step 30; a resume from 20 must not keep it as env step 3."""
+    log = MetricsLogger(tmp_path, 100, progress=False)
+    for step in (10, 20):
+        log.log({"env_steps": step, "updates": step})
+    log.close()
+    with open(tmp_path / "metrics.csv", "a") as f:
+        f.write("3")
+    MetricsLogger(tmp_path, 100, progress=False, resume_at=20).close()
+    assert [r["env_steps"] for r in read_metrics(tmp_path / "metrics.csv")] == ["10", "20"]
+    assert (tmp_path / "metrics.csv").read_text().endswith("\n")

@@ -1,13 +1,17 @@
-"""Curve labels: runs that differ only in their seed share one; any other difference keeps them apart."""
+"""Curve labels: runs that differ only in their seed share one; any other difference keeps them apart. A run in
+progress or a damaged one is passed over by name, never the end of ``mbpo plot``.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from mbpo import cli
 from mbpo.config import load_config, to_yaml
-from mbpo.run.plotting import run_label
+from mbpo.run.plotting import curves, run_label
 
 pytestmark = pytest.mark.timeout(30)
 HOPPER = Path(__file__).resolve().parents[2] / "configs" / "hopper_mbpo.yaml"
@@ -39,3 +43,79 @@ def test_model_options_that_change_the_learners_data_get_curves_of_their_own(tmp
     assert len({plain, masked, half, beta}) == 4
     assert masked == "Hopper-v5 MBPO-SAC, utd 20 [masking 0.5]"
     assert labelled(tmp_path, "free", "model.enabled=false")[0] == "Hopper-v5 SAC, utd 20"
+
+
+HEADER = "env_steps,updates,wall_s,train_return,eval_return\n"
+EVALUATED = HEADER + "100,1,1.0,,-1500.0\n200,2,2.0,,-1457.4\n"
+DAMAGED = {  # run name: (metrics.csv, config.yaml or None for a good one, what the note must say)
+    "binary": (bytes(range(256)) * 4, None, "metrics.csv is not a text CSV"),
+    "non_numeric": ((HEADER + "abc,1,1.0,,-5\n").encode(), None, "env_steps 'abc' is not a number"),
+    "foreign": (b"step,reward\n1,2\n", None, "has no env_steps and no eval_return column"),
+    "broken_config": (EVALUATED.encode(), "env: [unclosed\n", "config.yaml is not valid YAML"),
+}
+
+
+def run_dir(tmp_path: Path, name: str, metrics: bytes | str, config: str | None = None) -> Path:
+    """A run dir of ours: config.yaml (Hopper's, unless given) and metrics.csv as given."""
+    run = tmp_path / name
+    run.mkdir()
+    (run / "config.yaml").write_text(config if config is not None else to_yaml(load_config(HOPPER)))
+    (run / "metrics.csv").write_bytes(metrics.encode() if isinstance(metrics, str) else metrics)
+    return run
+
+
+def test_a_last_row_cut_mid_write_is_not_plotted(tmp_path: Path) -> None:
+    """A run in progress: -14 is the start of -1457.4, not an evaluation."""
+    run = run_dir(tmp_path, "cut", EVALUATED + "300,3,3.0,,-14")
+    (curve,) = curves([run]).values()
+    assert (curve["x"], curve["median"]) == ([100.0, 200.0], [-1500.0, -1457.4])
+
+
+def test_plot_passes_over_each_unreadable_run_naming_it_and_why_and_plots_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    good = run_dir(tmp_path, "good", EVALUATED)
+    bad = [run_dir(tmp_path, name, metrics, config) for name, (metrics, config, _) in DAMAGED.items()]
+    out = tmp_path / "chart.png"
+    assert cli.main(["plot", str(good), *map(str, bad), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(out)] and out.read_bytes()[:4] == b"\x89PNG"
+    notes = captured.err.strip().splitlines()
+    assert len(notes) == len(DAMAGED)  # one line each
+    for note, run, (_, _, why) in zip(notes, bad, DAMAGED.values(), strict=True):
+        assert note.startswith(f"[mbpo] plot: passed over {run}: unreadable: {run}/") and why in note
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED))
+def test_plot_of_only_an_unreadable_run_is_one_line_and_exit_2(tmp_path: Path, name: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    metrics, config, why = DAMAGED[name]
+    run = run_dir(tmp_path, name, metrics, config)
+    assert cli.main(["plot", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: no run to plot: {run}: unreadable: ") and why in err
+    assert "no evaluations yet" not in err  # a foreign CSV is not a run waiting for its first evaluation
+    assert not list(run.glob("*.png"))
+
+
+@pytest.mark.parametrize(("out", "why"), [
+    ("missing/chart.png", r"the folder \S+/missing does not exist"),
+    ("chart.xyz", r"unknown image format '\.xyz'; expected one of (\.\w+, )*\.pdf, (\.\w+, )*\.png"),  # matplotlib's
+    ("chart", r"no extension; expected one of (\.\w+, )*\.pdf, (\.\w+, )*\.png"),
+])
+def test_plot_to_an_output_it_cannot_write_is_one_line_and_exit_2(tmp_path: Path, out: str, why: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    good = run_dir(tmp_path, "good", EVALUATED)
+    assert cli.main(["plot", str(good), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --out {tmp_path / out}: ")
+    assert re.search(why, err), err
+    assert not list(tmp_path.rglob("*.png")) and not (tmp_path / "missing").exists()
+
+
+def test_plot_names_the_format_by_the_extension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    good = run_dir(tmp_path, "good", EVALUATED)
+    assert cli.main(["plot", str(good), "--out", str(tmp_path / "chart.pdf")]) == 0
+    assert (tmp_path / "chart.pdf").read_bytes()[:5] == b"%PDF-"
