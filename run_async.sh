@@ -38,22 +38,79 @@ _ensure_venv() {
   echo "$want" > "$stamp"
 }
 
-# extras_for ARGS: the pip extras a command line needs beyond the base install: mjlab for an Mjlab- env id,
-# ray for runtime.backend=ray, whether on the command line or in the --config file; plots for `plot`.
+# extras_for ARGS: the pip extras a command line needs beyond the base install: mjlab for an Mjlab- env.id,
+# ray for runtime.backend=ray, each from an override or else the --config file (over its bases); plots for
+# `plot`; video for `eval --video` and an eval_video=true override. A --config that is not a YAML mapping is refused
+# here (one line, status 2), before anything installs.
 extras_for() {
-  local text="" config="" prev="" extras=()
+  local config="" prev="" env_id="" backend="" keys video="" extras=()
   for a in "$@"; do
-    text+=" $a"
     [[ "$prev" == "--config" ]] && config="$a"
     [[ "$a" == --config=* ]] && config="${a#--config=}"
     prev="$a"
   done
-  [[ -n "$config" && -f "$config" ]] && text+=" $(cat "$config")"
-  [[ "$text" == *Mjlab-* ]] && extras+=(mjlab)
-  [[ "$text" =~ (runtime\.backend=ray|backend:[[:space:]]*ray) ]] && extras+=(ray)
+  [[ -n "$config" && ! -e "$config" && "$config" != /* ]] && config="$ROOT/$config"  # as the CLI finds it
+  if [[ -n "$config" && -f "$config" ]]; then  # a missing one: the CLI says so
+    keys="$(config_keys "$config")" || return 2
+    { read -r env_id || true; read -r backend || true; } <<<"$keys"  # $(...) dropped the empty last line
+  fi
+  for a in "$@"; do  # overrides beat the file
+    [[ "$a" == env.id=* ]] && env_id="${a#env.id=}"
+    [[ "$a" == runtime.backend=* ]] && backend="${a#runtime.backend=}"
+    [[ "$a" == --video || "$a" == --video=* || "$a" == eval_video=true ]] && video=1
+  done
+  [[ "$env_id" == Mjlab-* ]] && extras+=(mjlab)
+  [[ "$backend" == ray ]] && extras+=(ray)
   [[ "${1:-}" == plot ]] && extras+=(plots)
+  [[ -n "$video" ]] && extras+=(video)
   local IFS=,
   echo "${extras[*]}"
+}
+
+# config_keys FILE: the config's env.id and runtime.backend (two lines, empty where unset; the nearest file of
+# its base chain wins), read with PyYAML; "error: ..." and status 2 where FILE is not a YAML mapping.
+config_keys() {
+  local py
+  py="$(yaml_python)" || { ensure_venv "" >&2 && py="$VENV/bin/python"; }  # rare: no PyYAML outside the venv
+  "$py" - "$1" <<'PY'
+import sys
+from pathlib import Path
+
+import yaml
+
+path, found, seen = Path(sys.argv[1]), {}, set()
+while path.is_file() and path.resolve() not in seen:  # a missing base or a cycle: the CLI says so
+    seen.add(path.resolve())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        sys.exit(f"error: {path} is not valid YAML ({str(exc).splitlines()[0]}); expected a config file such as "
+                 "configs/pendulum_sac.yaml")
+    if data is not None and not isinstance(data, dict):
+        sys.exit(f"error: {path} holds a YAML {type(data).__name__} at the top level; expected a mapping of config "
+                 "keys (e.g. 'seed: 0' and 'env:' with 'id: Pendulum-v1' under it)")
+    for section, key in (("env", "id"), ("runtime", "backend")):
+        value = (data or {}).get(section)
+        if isinstance(value, dict) and value.get(key) is not None:
+            found.setdefault(f"{section}.{key}", str(value[key]))
+    base = (data or {}).get("base")
+    if not isinstance(base, str):
+        break
+    path = path.parent / base
+print(found.get("env.id", ""), found.get("runtime.backend", ""), sep="\n")
+PY
+}
+
+# yaml_python: a Python that imports PyYAML (the venv's, else $PYTHON or python3); fails if there is none.
+yaml_python() {
+  local py
+  for py in "$VENV/bin/python" "${PYTHON:-python3}"; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import yaml' 2>/dev/null; then
+      echo "$py"
+      return 0
+    fi
+  done
+  return 1
 }
 
 main() {
@@ -64,7 +121,9 @@ main() {
     fi
     args+=("$a")
   done
-  ensure_venv "$(extras_for "$@")"
+  local extras
+  extras="$(extras_for "$@")" || exit 2  # a --config that is not a config: nothing installed
+  ensure_venv "$extras"
   exec "$VENV/bin/python" -m mbpo "${args[@]}"
 }
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 __all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "UnknownEnvError",
-           "check_actions", "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
+           "RenderError", "check_actions", "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -59,7 +59,19 @@ class MissingExtraError(ImportError):
 
 
 class EnvTooLargeError(MemoryError):
-    """``num_envs`` copies of an env cannot fit in this device's memory; the message says how much they need."""
+    """``num_envs`` copies of an env cannot fit in this device's memory; the message says how much they need.
+
+    ``fits`` is the most copies that would (None where unknown), for a caller whose own option sets
+    ``num_envs`` (``eval --episodes``) to say what to lower.
+    """
+
+    def __init__(self, message: str, fits: int | None = None) -> None:
+        super().__init__(message)
+        self.fits = fits
+
+
+class RenderError(RuntimeError):
+    """The env cannot draw a frame (:meth:`VecEnv.render`): the message says why and what would let it."""
 
 
 class VecEnv(ABC):
@@ -79,6 +91,11 @@ class VecEnv(ABC):
     """Steps taken in each env's current episode, int64 ``(num_envs,)``."""
     spec_id: str | None = None
     """The task's registered id (e.g. ``"Pendulum-v1"``); None for an env whose id is not known."""
+    render_fps: float | None = None
+    """Frames per second of real time in :meth:`render`'s frames (one per step); None if the env does not say."""
+    renders_batch: bool = False
+    """True where :meth:`render` draws one view of the batch (env 0 with its neighbours, as mjlab's and Isaac Lab's
+    viewers do) rather than the env it is given: a video then shows that one view."""
 
     @abstractmethod
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,6 +115,13 @@ class VecEnv(ABC):
 
     def close(self) -> None:  # noqa: B027 - a no-op default: envs that hold nothing need not override it
         """Release resources (subprocesses, simulators). Safe to call twice."""
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """Env ``env_index``'s current state as an RGB image, ``(height, width, 3)`` uint8, drawn offscreen (no
+        display). Envs that can draw override this; the rest raise :class:`RenderError`.
+        """
+        raise RenderError(f"{type(self).__name__} ({self.spec_id or 'no id'}) cannot render frames: it does not "
+                          "implement VecEnv.render(env_index) -> (height, width, 3) uint8")
 
     # Derived facts every consumer asks for; computed from the spaces.
     @property

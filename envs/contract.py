@@ -16,16 +16,19 @@ them in :attr:`Probe.float32_fields` and :func:`as_float32` wraps the env to cas
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 from envs.base import StepResult, VecEnv, random_actions
 
-__all__ = ["ContractError", "Probe", "probe", "check_reset", "check_step", "as_float32", "Float32Env",
-           "FLOAT32_FIELDS"]
+__all__ = ["ContractError", "Probe", "probe", "check_interface", "check_reset", "check_step", "as_float32",
+           "Float32Env", "FLOAT32_FIELDS"]
 
 FLOAT32_FIELDS = ("obs", "reward", "final_obs")
 """The fields a float32 cast fits: float32 in the contract, and read by the learner as float32."""
@@ -42,12 +45,13 @@ def field_name(key: str) -> str:
 class ContractError(ValueError):
     """``reset`` or ``step`` returned a field the VecEnv contract does not allow.
 
-    ``call`` is ``reset`` or ``step``, ``field`` the field as the env's code spells it, ``got`` what it was,
-    ``expected`` what the contract asks for and ``fix`` how to get there.
+    ``call`` is ``reset`` or ``step`` ("" for what the env is rather than returns: ``env.device``, its spaces,
+    ``reset``'s keywords), ``field`` the field as the env's code spells it, ``got`` what it was, ``expected``
+    what the contract asks for and ``fix`` how to get there.
     """
 
     def __init__(self, call: str, field: str, got: str, expected: str, fix: str) -> None:
-        what = " ".join(part for part in (call, "returned", field, got) if part)
+        what = " ".join(part for part in (f"{call} returned" if call else "", field, got) if part)
         super().__init__(f"{what}; expected {expected} (the VecEnv contract, envs/base.py): {fix}")
         self.call, self.field, self.got, self.expected, self.fix = call, field, got, expected, fix
 
@@ -71,6 +75,58 @@ class Probe:
     """Fields the env returned in another float dtype (that dtype): :func:`as_float32` casts them."""
 
 
+def check_interface(env: VecEnv) -> None:
+    """What a trainer reads of an env before it calls it: ``num_envs``, ``env.device`` (a torch device or its
+    name), the two spaces, and ``reset``'s ``seed`` and ``env_ids`` keywords. Run it first, on the env as built:
+    without it a missing attribute or keyword fails inside the trainer, differently on each trainer.
+    """
+    num_envs = getattr(env, "num_envs", None)
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ContractError("", "env.num_envs", f"= {num_envs!r}", "a positive int: how many envs step together",
+                            "set env.num_envs in the env's __init__")
+    device = getattr(env, "device", None)
+    try:
+        if not isinstance(device, (str, torch.device)):
+            raise TypeError
+        torch.device(device)
+    except (TypeError, RuntimeError):
+        raise ContractError("", "env.device", f"= {device!r}, which is no torch device",
+                            "a torch.device or its name ('cpu', 'cuda', 'cuda:N'): where the env's tensors live",
+                            "set env.device = torch.device(...) in the env's __init__") from None
+    for name, kinds in (("observation_space", (gym.spaces.Box,)),
+                        ("action_space", (gym.spaces.Box, gym.spaces.Discrete))):
+        space = getattr(env, name, None)
+        if not isinstance(space, kinds):
+            got = "missing" if space is None else f"= {space!r}"
+            want = " or ".join(f"gymnasium.spaces.{k.__name__}" for k in kinds)
+            raise ContractError("", f"env.{name}", got, f"a {want} of ONE env",
+                                f"set env.{name} in the env's __init__" + (
+                                    " (a discrete observation: one-hot encode it into a Box)"
+                                    if name == "observation_space" and space is not None else ""))
+    missing = [k for k in ("seed", "env_ids") if not _accepts(env.reset, k)]
+    if missing:
+        raise ContractError("", "env.reset", f"without the keyword{'s' if len(missing) > 1 else ''} "
+                            f"{' and '.join(missing)} (its signature: reset{_parameters(env.reset)})",
+                            "reset(seed=None, env_ids=None)",
+                            "add both: seed re-seeds every env; env_ids resets only those envs (the trainer resets "
+                            "an env left in a non-finite state with it)")
+
+
+def _parameters(fn: Any) -> str:
+    """``(seed, env_ids=None)``: the parameters as the env's code spells them, without annotations."""
+    params = inspect.signature(fn).parameters.values()
+    return "(" + ", ".join(p.replace(annotation=p.empty).__str__() for p in params) + ")"
+
+
+def _accepts(fn: Any, keyword: str) -> bool:
+    """Whether ``fn`` takes ``keyword`` as a keyword argument (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: let the call tell
+        return True
+    return any(p.kind == p.VAR_KEYWORD or (p.name == keyword and p.kind != p.POSITIONAL_ONLY) for p in params)
+
+
 def probe(env: VecEnv, seed: int) -> Probe:
     """Reset ``env`` with ``seed``, step it once with uniformly random actions (drawn from ``seed``) and check
     both; a :class:`ContractError` names the first field that does not fit.
@@ -78,8 +134,16 @@ def probe(env: VecEnv, seed: int) -> Probe:
     It steps the env: use it where a later ``reset(seed=...)`` starts over (an evaluation env), or on an env
     of its own.
     """
+    check_interface(env)
     obs = env.reset(seed=seed)
     casts = check_reset(env, obs)
+    finite = torch.isfinite(obs).all(-1)
+    if not bool(finite.all()):  # nothing can act on it; runtime.nonfinite rules the steps after this one
+        row = int((~finite).nonzero()[0, 0])
+        raise ContractError("reset", "obs", f"with a non-finite value in env index {row} ({obs[row].tolist()})",
+                            "finite observations: no policy can act on a NaN or inf",
+                            "fix the env's reset (runtime.nonfinite covers the steps after it, not the first "
+                            "observation)")
     actions = random_actions(env, torch.Generator().manual_seed(seed))
     step = env.step(actions)
     casts |= check_step(env, step)
@@ -197,6 +261,7 @@ class Float32Env(VecEnv):
         self.num_envs, self.device = env.num_envs, env.device
         self.observation_space, self.action_space = env.observation_space, env.action_space
         self.max_episode_steps, self.spec_id = env.max_episode_steps, env.spec_id
+        self.render_fps, self.renders_batch = env.render_fps, env.renders_batch
 
     @property
     def episode_steps(self) -> torch.Tensor:  # type: ignore[override]  # reads through to the wrapped env
@@ -212,6 +277,9 @@ class Float32Env(VecEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         return _cast(self.env.step(actions), self.fields)
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        return self.env.render(env_index)
 
     def close(self) -> None:
         self.env.close()

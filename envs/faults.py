@@ -146,10 +146,14 @@ class FaultyFactory:
 
 
 def faulty(num_envs: int, device: str, seed: int | None = None, env_id: str = "CartPole-v1",
-           fault: str = "bad_action", at_step: int = 5, env_index: int = 0) -> VecEnv:
+           fault: str = "bad_action", at_step: int = 5, env_index: int = 0, only_num_envs: int | None = None) -> VecEnv:
     """An ``env.factory`` for a whole run: ``env_id`` with ``fault`` (e.g. ``env.factory=envs.faults:faulty
-    env.kwargs={fault: bad_action, at_step: 40}``). Every env the run builds has it, the evaluation env too.
+    env.kwargs={fault: bad_action, at_step: 40}``). Every env the run builds has it, the evaluation env too,
+    unless ``only_num_envs`` keeps it to envs of that size (the training envs, where ``eval_episodes`` differs).
     """
     from envs.registry import make
 
-    return FaultyEnv(make(env_id, num_envs, device=device, seed=seed), fault, at_step=at_step, env_index=env_index)
+    env = make(env_id, num_envs, device=device, seed=seed)
+    if only_num_envs is not None and num_envs != only_num_envs:
+        return env
+    return FaultyEnv(env, fault, at_step=at_step, env_index=env_index)

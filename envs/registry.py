@@ -44,6 +44,8 @@ def make(
     except ``vectorization_mode`` and ``validate_actions``. ``Mjlab-`` ids build
     mjlab's registered task (the ``mjlab`` extra), see ``envs.adapters.mjlab_tasks``.
     ``source`` picks the implementation of an id that has both (see ``SOURCES``).
+    ``render_mode="rgb_array"`` lets every kind draw frames (``VecEnv.render``): native envs draw with numpy
+    whatever it says, gymnasium and mjlab envs build their offscreen renderer only when asked.
     """
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string such as 'Pendulum-v1', got {type(env_id).__name__}")
@@ -98,9 +100,10 @@ def _check_fits(env_id: str, num_envs: int, device: torch.device, native: bool) 
         what = f"at least {per_env // 1000} kB per gymnasium env instance"
     need = per_env * num_envs
     if need > available:
+        fits = max(available // per_env, 1)
         raise EnvTooLargeError(
             f"num_envs={num_envs:,} copies of {env_id} need about {_gb(need)} on {device} ({what}), but only "
-            f"{_gb(available)} is available; lower env.num_envs to at most {max(available // per_env, 1):,}")
+            f"{_gb(available)} is available; lower env.num_envs to at most {fits:,}", fits=fits)
 
 
 def _gb(n: float) -> str:

@@ -1,8 +1,13 @@
 """``python -m mbpo``: see mbpo.cli."""
 
+import signal
 import sys
 
-from mbpo.cli import main
-
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        from mbpo.cli import main  # seconds of imports (torch): a Ctrl-C here is one line too
+
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("[mbpo] SIGINT: stopped", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)

@@ -1,7 +1,7 @@
 """Command line: ``python -m mbpo <command>``.
 
     train  [--config YAML] [key=value ...]                        train; writes a new run dir (below)
-    eval   --checkpoint PATH [--episodes N] [--trust-checkpoint]  evaluate a checkpoint's policy
+    eval   --checkpoint PATH [--episodes N] [--video MP4|GIF]     evaluate a checkpoint's policy (and film it)
     resume RUN_DIR [key=value ...] [--trust-checkpoint]           continue a run from its newest checkpoint
     plot   RUN_DIR [RUN_DIR ...] [--out PNG] [--x env_steps|wall_s]  evaluation curves, seeds as median+range
     rollout [--env ID --num-envs N --steps T]                     random-policy env throughput
@@ -17,8 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
+import traceback
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.logs import quiet_torchrl
 from mbpo.run.run_dir import RunLock, remove_if_never_started, safe_name
+from mbpo.runtime.supervisor import StopOnSignals
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
@@ -55,7 +59,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         config.run_dir = f"runs/{safe_name(config.env.id)}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
     run_dir = Path(config.run_dir)
-    created = not run_dir.exists()
+    try:
+        created = not run_dir.exists()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise MbpoError(f"run dir {run_dir} cannot be used ({exc.strerror or exc}); choose another "
+                        "run_dir=<dir>") from None
     try:
         with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
             if list_checkpoints(run_dir / "checkpoints"):
@@ -67,11 +75,23 @@ def cmd_train(args: argparse.Namespace) -> int:
             built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
                   f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
-            trainer = make_trainer(config, run_dir)
-            row = trainer.run()
+            with StopOnSignals(threading.Event(), lambda: "during start-up: once the trainer is built") as early:
+                trainer = make_trainer(config, run_dir)  # Ctrl-C here is held off until then: library code
+                if early.signum is not None:  # cut by KeyboardInterrupt can fail another way (omegaconf's does)
+                    trainer.close()
+                    raise Interrupted(early.signum)
+                row = trainer.run()  # a signal before its own handler is installed reaches it through `early`
+        if trainer.exit_code and trainer.env_steps == 0 and created and remove_if_never_started(run_dir, True):
+            print(f"[mbpo] removed {run_dir}: stopped before the first env step, so there is nothing to resume",
+                  file=sys.stderr)
+            return int(trainer.exit_code)
     except BaseException:
         # a start that failed before its first row leaves nothing in the way of `plot runs/*` or a new train
-        if created and remove_if_never_started(run_dir):
+        try:
+            removed = created and remove_if_never_started(run_dir)
+        except OSError:  # the clean-up must not hide the error that stopped the start
+            removed = False
+        if removed:
             print(f"[mbpo] removed {run_dir}: the run failed before it logged anything", file=sys.stderr)
         raise
     return finish(trainer, run_dir, row)
@@ -102,15 +122,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from mbpo.run.metrics import MetricsLogger
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
-    if not Path(args.run_dir).is_dir():  # checked before the lock, which would create it
-        raise MbpoError(f"run dir {str(args.run_dir)!r} does not exist; expected a directory written by "
+    run_dir = Path(args.run_dir)
+    try:  # checked before the lock, which would create it
+        what = None if run_dir.is_dir() else "is a file" if run_dir.exists() else "does not exist"
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        what = f"cannot be read ({exc.strerror or exc})"
+    if what is not None:
+        raise MbpoError(f"run dir {str(args.run_dir)!r} {what}; expected a directory written by "
                         "`python -m mbpo train`")
-    with RunLock(args.run_dir):  # held from before the checkpoint is read until the run ends
+    early = StopOnSignals(threading.Event(), lambda: "during start-up: once the trainer is built; the run is left "
+                                                     "as it was")
+    with RunLock(args.run_dir), early:  # the lock: held from before the checkpoint is read until the run ends
         try:
             trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint)
         except RunAlreadyDone as done:
             print(f"[mbpo] {done}", file=sys.stderr)
             return 0
+        if early.signum is not None:
+            trainer.close()
+            raise Interrupted(early.signum)
         assert trainer.resumed_from is not None  # set by resume_trainer
         print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps "
               f"(from {trainer.resumed_from.path.name})", file=sys.stderr)
@@ -129,30 +159,50 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mbpo.device.plan import DevicePlan
     from mbpo.run.checkpoint import load_checkpoint
     from mbpo.run.evaluation import evaluate
+    from mbpo.run.video import EpisodeRecorder, check_video_path
     from mbpo.runtime.env_builder import build_env, check_env
 
     if args.episodes < 1:
         raise MbpoError(f"--episodes {args.episodes} is not allowed; expected at least 1 (one env per episode)")
+    video = None if args.video is None else check_video_path(args.video)  # before anything is loaded or built
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
     device = DevicePlan.resolve(args.device or config.device).device
-    env = build_env(config.env, args.episodes, device, args.seed)  # the run's env id or factory, as it trained
+    # the run's env id or factory, as it trained
+    try:
+        env = build_env(config.env, args.episodes, device, args.seed, render=video is not None)
+    except envs.EnvTooLargeError as exc:  # its advice names env.num_envs; here --episodes sets the envs
+        fits = f" to at most {exc.fits:,}" if exc.fits else ""
+        raise MbpoError(f"--episodes {args.episodes:,} runs as many {config.env.id} envs at once (one per episode), "
+                        f"more than {device} has memory for; lower --episodes{fits}") from None
     env, _ = check_env(env, config.env, args.seed)  # evaluate() reseeds it
     agent = make_agent(acting_config(config.agent), env.observation_space, env.action_space, device, config.seed)
     agent.load_state_dict(state["agent"])
-    returns = evaluate(agent, env, args.seed)
+    out: dict[str, Any] = {}
+    if video is None:
+        returns = evaluate(agent, env, args.seed)
+    else:
+        with EpisodeRecorder(env, video) as recorder:  # every episode, tiled (only env 0's view: renders_batch)
+            returns = evaluate(agent, env, args.seed, frames=recorder)
+        filmed = recorder.close()
+        out = {"video": str(filmed.path), "video_frames": filmed.frames, "video_size": [filmed.width, filmed.height],
+               "video_episodes": len(recorder.env_ids)}
+    env.close()
     print(json.dumps({"checkpoint": str(args.checkpoint), "env_id": config.env.id, "episodes": len(returns),
                       "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-                      "env_steps": state["trainer"]["env_steps"]}))
+                      "env_steps": state["trainer"]["env_steps"], **out}))
     return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from mbpo.run.plotting import plot_model_health, plot_runs
+    from mbpo.run.plotting import check_out, default_out, plot_model_health, plot_runs, plottable
 
-    png = plot_runs(args.run_dirs, args.out, args.x)
+    out = default_out(args.run_dirs) if args.out is None else Path(args.out)
+    check_out(out)  # before any run is read
+    runs = plottable(args.run_dirs)  # read once: a run in progress or a damaged one is noted once and skipped
+    png = plot_runs(runs, out, args.x)
     print(png)
-    health = plot_model_health(args.run_dirs, png.with_name(png.stem + "_model_health.png"), args.x)
+    health = plot_model_health(runs, png.with_name(png.stem + "_model_health.png"), args.x)
     if health is not None:
         print(health)
     return 0
@@ -214,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default=None, help="default: the run's device")
     ev.add_argument("--seed", type=int, default=12345)
     ev.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
+    ev.add_argument("--video", default=None, metavar="PATH",
+                    help="also write the episodes as a video, MP4 or GIF by the extension, side by side in a grid "
+                         "(--episodes 1 for one at full size); drawn offscreen, MuJoCo through MUJOCO_GL=egl or "
+                         "osmesa (docs/envs.md); needs the video extra")
     ev.set_defaults(fn=cmd_eval)
     re_ = sub.add_parser("resume", help="continue a run from its newest loadable checkpoint")
     re_.add_argument("run_dir")
@@ -224,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and range, and for MBPO runs the model's health beside it, as "
                                      "<out>_model_health.png (needs the plots extra)")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    pl.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/learning_curve.png for one run, "
+    pl.add_argument("--out", default=None, help="image path, its format from its extension: .png, .pdf, .svg, ... "
+                                                "(default: RUN_DIR/learning_curve.png for one run, "
                                                 "./learning_curves.png for several)")
     pl.add_argument("--x", choices=["env_steps", "wall_s"], default="env_steps", help="x axis (default: env_steps)")
     pl.set_defaults(fn=cmd_plot)
@@ -239,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 OPTIONS_WITH_VALUES = ("--config", "--checkpoint", "--episodes", "--device", "--seed", "--out", "--x", "--env",
-                      "--num-envs", "--steps")
+                      "--num-envs", "--steps", "--video")
 
 
 def _overrides_last(argv: list[str]) -> list[str]:
@@ -281,11 +336,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[mbpo] debug mode: {switches}", file=sys.stderr)
     try:
         return args.fn(args)
-    except USER_ERRORS as exc:  # a user's mistake: one line; a bug keeps its traceback (and --debug shows all)
-        if args.debug:
-            raise
+    except USER_ERRORS as exc:  # a user's mistake: one line and exit 2; a bug keeps its traceback
+        if args.debug:  # --debug shows where it was raised too, and still exits 2: it is the same mistake
+            traceback.print_exc()
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except (Interrupted, KeyboardInterrupt) as exc:  # Ctrl-C outside a run's own handling (start-up, eval, plot):
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT  # one line, no traceback
+        print(f"[mbpo] {signal.Signals(signum).name}: stopped", file=sys.stderr)
+        return 128 + signum
+
+
+class Interrupted(Exception):
+    """A stop signal (Ctrl-C, SIGTERM) during start-up: the command ends with exit 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (

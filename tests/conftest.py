@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
 
 FAKE_ISAACLAB = Path(__file__).parent / "envs" / "fake_isaaclab"
+
+
+def only_learner(overrides: Sequence[str], config: str | Path | None = None) -> list[str]:
+    """``overrides`` less the keys of the learner the run does not use (agent.sac.* for agent.name=dqn, which the
+    config refuses), so one list of small-net overrides serves both learners. The learner is the last
+    ``agent.name=`` override, else the config file's, else the default's.
+    """
+    from mbpo.config import load_config
+    from mbpo.config.validation import learner_keys
+
+    names = [o.split("=", 1)[1] for o in overrides if o.startswith("agent.name=")]
+    name = names[-1] if names else load_config(config).agent.name
+    unused = {key for key, (learner, _) in learner_keys().items() if learner != name}
+    return [o for o in overrides if o.split("=", 1)[0] not in unused]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

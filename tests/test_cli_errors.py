@@ -116,7 +116,61 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp
     assert lines[-2].startswith("[mbpo] 64 env steps,") and f"run dir {tmp_path / 'r'}" in lines[-2]
     assert '"last_eval_return"' in lines[-1] and '"last_eval_env_steps": 64' in lines[-1]
     debug = mbpo("--debug", "train", "env.id=Pendulm-v1", *FAST)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
+    assert debug.returncode == 2 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")
+
+
+def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``python -m mbpo ARGV`` in this process: exit 2 and one ``error:`` line, no traceback; that line."""
+    from mbpo import cli
+
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
+    return errors[0]
+
+
+def test_mistakes_that_once_ended_in_a_traceback_or_a_run_are_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "train", "--config", "configs/cartpole_dqn.yaml", "agent.sac.crossq=true", *FAST)
+    assert "agent.sac.crossq=true is for agent.name=sac, and this run's agent.name=dqn does not use it" in line
+    assert "seed=-1 is out of range; expected a value in [0, " in error_line(capsys, "train", "seed=-1", *FAST)
+    line = error_line(capsys, "train", "seed=99999999999999999999", *FAST)
+    assert "seed=99999999999999999999 is out of range" in line
+    line = error_line(capsys, "train", "env.id=" + "A" * 300, "env.factory=examples.point_reach:make_env", *FAST)
+    assert "is 300 characters long; expected at most 100: it names the run dir" in line
+    line = error_line(capsys, "train", "agent.sac.num_critics=100000000", f"run_dir={tmp_path / 'big'}", *FAST)
+    assert "the networks and buffers need" in line and "SAC networks with their optimizer state about" in line
+    assert line.endswith("lower agent.sac.num_critics, agent.sac.hidden_sizes, agent.sac.critic_hidden_sizes")
+    assert not (tmp_path / "big").exists()
+    line = error_line(capsys, "train", f"run_dir={tmp_path / ('B' * 300)}", *FAST)
+    assert "cannot be used (File name too long); choose another run_dir=<dir>" in line
+
+
+def test_what_a_path_is_and_which_option_to_lower_are_named_truly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    file = tmp_path / "notes.txt"
+    file.write_text("not a run\n")
+    line = error_line(capsys, "train", f"run_dir={file}", *FAST)
+    assert line == f"error: run dir {file} is a file; expected a directory: choose another run_dir=<dir>"
+    line = error_line(capsys, "train", f"run_dir={file / 'run'}", *FAST)
+    assert f"cannot be made: {file} on its path is a file, not a directory" in line
+    assert f"run dir '{file}' is a file; expected a directory" in error_line(capsys, "resume", str(file))
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={run}", "trainer=sync", *FAST]) == 0
+    line = error_line(capsys, "resume", str(run), "total_env_stepz=128")
+    assert line.startswith("error: unknown config key 'total_env_stepz' (did you mean total_env_steps?); keys a "
+                           "resume may change: total_env_steps, ")
+    assert "'agent.sac.actor_lr' cannot change when resuming" in error_line(capsys, "resume", str(run),
+                                                                            "agent.sac.actor_lr=0.1")
+    line = error_line(capsys, "eval", "--checkpoint", str(run / "checkpoints" / "ckpt_000000000064.pt"),
+                      "--episodes", "100000000000")
+    assert "--episodes 100,000,000,000 runs as many Pendulum-v1 envs at once (one per episode)" in line
+    assert "lower --episodes to at most" in line and "env.num_envs" not in line
 
 
 def test_what_is_not_a_checkpoint_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,51 @@ def test_each_command_gets_the_extras_it_needs(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("runtime:\n  backend: ray\n")
     assert extras_for("train", f"--config={config}") == "ray"
+    assert extras_for("eval", "--checkpoint", "c.pt", "--video", "out.mp4") == "video"
+    assert extras_for("train", "eval_video=true", "runtime.backend=ray") == "ray,video"
+    assert extras_for("train", "eval_video=false") == ""
+
+
+def test_extras_come_from_the_configs_keys_not_its_text(tmp_path: Path) -> None:
+    """env.id and runtime.backend as YAML reads them, over the file's bases, and overrides beat the file: a
+    comment or another key that mentions Mjlab- or ray installs nothing.
+    """
+    mentions = tmp_path / "mentions.yaml"
+    mentions.write_text("# compare with Mjlab-Cartpole-Balance\nenv:\n  id: Pendulum-v1\nruntime:\n"
+                        "  backend: thread  # not ray\n  ray:\n    address: null\n")
+    assert extras_for("train", "--config", str(mentions)) == ""
+    (tmp_path / "variant.yaml").write_text(f"base: {ROOT / 'configs/mjlab_cartpole_sac_256.yaml'}\nseed: 1\n")
+    assert extras_for("train", "--config", str(tmp_path / "variant.yaml")) == "mjlab"
+    assert extras_for("train", "--config", "configs/mjlab_cartpole_sac_256.yaml", "env.id=Pendulum-v1") == ""
+    assert extras_for("train", "--config", str(mentions), "runtime.backend=ray") == "ray"
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (None, "README.md is not valid YAML"),
+    ("- seed: 0\n", "holds a YAML list at the top level; expected a mapping of config keys"),
+    ("Mjlab-Cartpole-Balance\nbackend: ray\n", "is not valid YAML (mapping values are not allowed here)"),
+    ("Train on Mjlab-Cartpole-Balance with the ray backend\n", "holds a YAML str at the top level"),
+])
+def test_a_config_that_is_not_a_yaml_mapping_is_refused_before_anything_installs(
+        tmp_path: Path, text: str | None, says: str) -> None:
+    """main() with a stand-in .venv/bin/python that logs any pip install and runs Python otherwise."""
+    config = ROOT / "README.md" if text is None else tmp_path / "c.yaml"
+    if text is not None:
+        config.write_text(text)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    log = tmp_path / "installs.log"
+    python.write_text(f"""#!/usr/bin/env bash
+if [[ "$1 $2 $3" == "-m pip install" ]]; then echo "$@" >>"{log}"; exit 0; fi
+exec "{sys.executable}" "$@"
+""")
+    python.chmod(0o755)
+    script = f"source ./run_async.sh && ROOT={tmp_path} VENV={tmp_path}/.venv && main train --config {config}"
+    result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2, result
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: ")
+    assert says in result.stderr and str(config) in result.stderr
+    assert not log.exists()  # nothing installed, not even the base
 
 
 @pytest.mark.skipif(subprocess.run(["bash", "-c", "command -v flock"], capture_output=True).returncode != 0,

@@ -21,10 +21,17 @@ modes (``vector_env.metadata["autoreset_mode"]``):
 A partial ``reset(env_ids=...)`` is ``reset(options={"reset_mask": mask})`` in
 both accepted modes, for ``SyncVectorEnv`` and ``AsyncVectorEnv`` alike: only the
 masked sub-envs reset; the others keep running.
+
+``render(i)`` is sub-env ``i``'s ``rgb_array`` render: build with ``render_mode="rgb_array"``
+(``envs.make(..., render_mode="rgb_array")``). MuJoCo renders offscreen through
+``MUJOCO_GL``: on Linux with no display, :meth:`GymnasiumVecEnv.from_id` sets it where
+it is unset, to ``egl`` (as mjlab does on import), or ``osmesa`` where only libOSMesa is
+installed (docs/envs.md lists the system packages).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -32,8 +39,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from envs.base import StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
+from envs.base import RenderError, StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
 from envs.device import resolve_device
+from envs.offscreen import headless_gl
 
 __all__ = ["GymnasiumVecEnv"]
 
@@ -65,6 +73,8 @@ class GymnasiumVecEnv(VecEnv):
         spec = vector_env.spec
         self.spec_id = spec.id if spec is not None else None
         self.max_episode_steps = _max_episode_steps(spec)
+        fps = vector_env.metadata.get("render_fps")
+        self.render_fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._pending_seed = seed
         self._obs: torch.Tensor | None = None  # what the last step/reset returned: None until reset
@@ -92,6 +102,8 @@ class GymnasiumVecEnv(VecEnv):
                 f"vectorization_mode={vectorization_mode!r} is not supported; expected one of "
                 f"{_VECTORIZATION_MODES}"
             )
+        if env_kwargs.get("render_mode") == "rgb_array":
+            headless_gl()  # before make_vec: async sub-envs inherit the environment of their spawn
         vector_env = gym.make_vec(
             env_id,
             num_envs=num_envs,
@@ -163,6 +175,29 @@ class GymnasiumVecEnv(VecEnv):
             self._to_device(truncated),
             {"final_obs": self._to_device(final_obs)},
         )
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """Sub-env ``env_index``'s ``rgb_array`` frame; see the module docstring."""
+        self._check_open()
+        if not 0 <= env_index < self.num_envs:
+            raise IndexError(f"env_index={env_index} is out of range for num_envs={self.num_envs}")
+        name = self.spec_id or "GymnasiumVecEnv"
+        if self.vector_env.render_mode != "rgb_array":
+            raise RenderError(f"{name} was built with render_mode={self.vector_env.render_mode!r}, so it draws no "
+                              "frames; build it with envs.make(..., render_mode='rgb_array')")
+        vector_env: Any = self.vector_env  # SyncVectorEnv renders one sub-env; AsyncVectorEnv all, through call()
+        sub_envs = getattr(vector_env, "envs", None)
+        try:
+            frame = sub_envs[env_index].render() if sub_envs is not None else vector_env.call("render")[env_index]
+        except Exception as exc:  # any renderer failure becomes one RenderError naming the way out
+            hint = "" if isinstance(exc, gym.error.DependencyNotInstalled) else (
+                "; a MuJoCo env renders without a display through MUJOCO_GL=egl or osmesa (now "
+                f"{os.environ.get('MUJOCO_GL', 'unset')}): install libegl1 or libosmesa6 (docs/envs.md)")
+            raise RenderError(f"{name} could not render ({type(exc).__name__}: {exc}){hint}") from exc
+        frame = np.asarray(frame)
+        if frame.ndim != 3 or frame.shape[-1] != 3:
+            raise RenderError(f"{name}'s render gave an array of shape {frame.shape}; expected (height, width, 3)")
+        return frame.astype(np.uint8, copy=False)
 
     def close(self) -> None:
         if not self._closed:

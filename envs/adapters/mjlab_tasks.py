@@ -12,13 +12,16 @@ the terminal observation on as ``extras["final_obs"]`` (as Isaac Lab's
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from envs.adapters.rsl_rl import RslRlVecEnv, from_rsl_rl
-from envs.base import MissingExtraError, UnknownEnvError
+from envs.base import MissingExtraError, RenderError, UnknownEnvError
+from envs.offscreen import headless_gl
 
 __all__ = ["make_mjlab"]
 
@@ -69,6 +72,19 @@ def _import_mjlab(env_id: str) -> tuple[Any, Any, Any, Any]:
     return ManagerBasedRlEnv, RslRlVecEnvWrapper, list_tasks, load_env_cfg
 
 
+def _check_offscreen_gl(env_id: str) -> None:
+    """Refuse, before building anything, a renderer that cannot work: mjlab draws through ``mujoco.Renderer``,
+    whose OpenGL backend mujoco fixes from ``MUJOCO_GL`` when it is first imported. mjlab sets ``egl`` on import,
+    unless mujoco came first with it unset (GLFW), which needs a display.
+    """
+    gl = sys.modules.get("mujoco.rendering.classic.gl_context")
+    captured = getattr(gl, "_MUJOCO_GL", None)  # None: mujoco not imported yet (or a version without it)
+    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+    if captured in ("", "glfw", "enable", "enabled", "on", "true", "1") and headless and sys.platform == "linux":
+        raise RenderError(f"{env_id} cannot render here: mujoco was imported before MUJOCO_GL was set, so it draws "
+                          "through GLFW, which needs a display; start Python with MUJOCO_GL=egl (or osmesa)")
+
+
 def make_mjlab(
     env_id: str,
     num_envs: int,
@@ -77,6 +93,7 @@ def make_mjlab(
     obs_group: str = "actor",
     final_obs: bool = True,
     validate_actions: bool = True,
+    render_mode: str | None = None,
     **cfg_overrides: Any,
 ) -> RslRlVecEnv:
     """Build ``num_envs`` copies of the mjlab task ``env_id`` on ``device`` (CPU runs on Warp's CPU backend).
@@ -85,8 +102,13 @@ def make_mjlab(
     global generators) and to every full reset. ``final_obs=False`` keeps mjlab's
     auto-reset (``final_obs_valid`` False at episode ends). ``cfg_overrides`` set
     fields of the task's ``ManagerBasedRlEnvCfg``, e.g. ``episode_length_s=1.0`` or
-    ``scale_rewards_by_dt=False``.
+    ``scale_rewards_by_dt=False``. ``render_mode="rgb_array"`` builds mjlab's offscreen renderer (MuJoCo
+    through ``MUJOCO_GL``: egl, or osmesa where only it is installed; envs.offscreen), drawing env 0 and its
+    neighbours.
     """
+    if render_mode == "rgb_array":
+        _check_offscreen_gl(env_id)
+        headless_gl()  # before mjlab's import sets egl: osmesa where only it is installed
     env_cls, wrapper_cls, list_tasks, load_env_cfg = _import_mjlab(env_id)
     tasks = list_tasks()
     if env_id not in tasks:
@@ -103,7 +125,7 @@ def make_mjlab(
     cfg.scene.num_envs = num_envs
     cfg.seed = seed
     cfg.auto_reset = not final_obs
-    env = wrapper_cls(env_cls(cfg, device=str(device)))
+    env = wrapper_cls(env_cls(cfg, device=str(device), render_mode=render_mode))
     vec_env = from_rsl_rl(
         _FinalObsCapture(env) if final_obs else env, obs_group, seed=seed, validate_actions=validate_actions
     )

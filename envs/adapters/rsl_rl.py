@@ -19,6 +19,10 @@ False exactly for the finished envs whose last observation is unknown
 A partial ``reset(env_ids=...)`` goes to the env's ``unwrapped.reset(env_ids=...)``
 (Isaac Lab's ``ManagerBasedRLEnv``, mjlab's ``ManagerBasedRlEnv``; rsl_rl's own
 contract has no reset), or to the env's ``reset(env_ids=...)`` if that takes them.
+
+``render()`` is the env's ``rgb_array`` render (Isaac Lab and mjlab build it with
+``render_mode="rgb_array"``): one view of the batch, env 0 with its neighbours
+(mjlab's offscreen viewer, Isaac Lab's viewport camera), so ``renders_batch`` is True.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.base import StepResult, VecEnv, check_actions, resolve_env_ids
+from envs.base import RenderError, StepResult, VecEnv, check_actions, resolve_env_ids
 
 __all__ = ["RslRlVecEnv", "from_rsl_rl", "is_rsl_rl_env"]
 
@@ -67,6 +71,8 @@ def _select(obs: Any, group: str, what: str) -> torch.Tensor:
 
 class RslRlVecEnv(VecEnv):
     """An rsl_rl ``VecEnv`` as one of ours: one observation group, continuous Box actions.
+
+    renders_batch = True: its render is one view of the batch (see the module docstring).
 
     rsl_rl envs take unbounded, normalised actions (the env's action terms scale
     them) while our learners need a bounded Box: actions are declared in
@@ -109,6 +115,10 @@ class RslRlVecEnv(VecEnv):
         limit = getattr(env, "max_episode_length", None)
         self.max_episode_steps = None if limit is None else int(torch.as_tensor(limit).max())
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self.renders_batch = True
+        metadata = getattr(getattr(env, "unwrapped", env), "metadata", None)
+        fps = metadata.get("render_fps") if isinstance(metadata, Mapping) else None
+        self.render_fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
         self._pending_seed = seed  # applied at the first reset, like the gymnasium adapter
         self._last_obs: torch.Tensor | None = None  # what the last step/reset returned: None until reset
         self._closed = False
@@ -203,6 +213,25 @@ class RslRlVecEnv(VecEnv):
         self.episode_steps = torch.where(done, torch.zeros_like(self.episode_steps), self.episode_steps + 1)
         self._last_obs = obs
         return obs, reward, terminated, truncated, {"final_obs": final_obs, "final_obs_valid": valid}
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """The env's ``rgb_array`` frame: its one view of the batch, env 0 with its neighbours."""
+        if env_index != 0:
+            raise RenderError(f"{self.spec_id or type(self.env).__name__} renders one view of its batch (env 0 and "
+                              f"its neighbours), not env {env_index} alone: render env 0")
+        name = self.spec_id or type(self.env).__name__
+        owner = next((o for o in (self.env, getattr(self.env, "unwrapped", None))
+                      if callable(getattr(o, "render", None))), None)
+        if owner is None:
+            raise RenderError(f"{name} has no render() (neither the env nor env.unwrapped)")
+        frame = owner.render()
+        if frame is None:
+            raise RenderError(f"{name} draws no frames: build it with render_mode='rgb_array' "
+                              "(envs.make(..., render_mode='rgb_array') does for an Mjlab- id)")
+        frame = np.asarray(frame.cpu() if isinstance(frame, torch.Tensor) else frame)
+        if frame.ndim != 3 or frame.shape[-1] != 3:
+            raise RenderError(f"{name}'s render gave an array of shape {frame.shape}; expected (height, width, 3)")
+        return frame.astype(np.uint8, copy=False)
 
     def close(self) -> None:
         if not self._closed:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from envs.classic.core import ClassicTask
+from envs.classic.render import Canvas
 
 DT = 0.2
 LINK_LENGTH_1 = 1.0
@@ -84,6 +85,19 @@ def observe(state: torch.Tensor) -> torch.Tensor:
     return torch.stack((torch.cos(t1), torch.sin(t1), torch.cos(t2), torch.sin(t2), v1, v2), dim=-1)
 
 
+def render(state: np.ndarray) -> np.ndarray:
+    """gymnasium's picture: two links hanging from the pivot, the line their tip must swing above (400 x 400)."""
+    canvas = Canvas(400, 400, scale=400 / 4.4)
+    t1, t2 = float(state[0]), float(state[1])
+    p1 = (LINK_LENGTH_1 * math.sin(t1), -LINK_LENGTH_1 * math.cos(t1))
+    p2 = (p1[0] + math.sin(t1 + t2), p1[1] - math.cos(t1 + t2))  # the second link is 1 long too
+    canvas.line((-2.2, 1.0), (2.2, 1.0), 0.01, (0, 0, 0))
+    for a, b in (((0.0, 0.0), p1), (p1, p2)):
+        canvas.line(a, b, 0.2, (0, 204, 204))
+        canvas.circle(a, 0.1, (204, 204, 0))
+    return canvas.image()
+
+
 _high = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
 ACROBOT = ClassicTask(
     env_id="Acrobot-v1",
@@ -94,4 +108,6 @@ ACROBOT = ClassicTask(
     initial_state=initial_state,
     dynamics=dynamics,
     observe=observe,
+    render=render,
+    render_fps=15,
 )

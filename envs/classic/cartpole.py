@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from envs.classic.core import ClassicTask, device_constants
+from envs.classic.render import Canvas
 
 GRAVITY = 9.8
 MASSCART = 1.0
@@ -54,6 +55,19 @@ def observe(state: torch.Tensor) -> torch.Tensor:
     return state
 
 
+def render(state: np.ndarray) -> np.ndarray:
+    """gymnasium's picture: the cart on its track, the pole (length 1) hinged on top (640 x 400)."""
+    canvas = Canvas(640, 400, scale=640 / (2 * X_THRESHOLD), center=(0.0, 0.6))
+    x, theta = float(state[0]), float(state[2])
+    canvas.line((-X_THRESHOLD * 2, 0.0), (X_THRESHOLD * 2, 0.0), 0.01, (0, 0, 0))
+    canvas.rect((x - 0.2, -0.06), (x + 0.2, 0.18), (0, 0, 0))
+    axle = (x, 0.14)
+    canvas.line(axle, (x + 2 * LENGTH * math.sin(theta), axle[1] + 2 * LENGTH * math.cos(theta)), 0.08,
+                (202, 152, 101))
+    canvas.circle(axle, 0.04, (129, 132, 203))
+    return canvas.image()
+
+
 _high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
 CARTPOLE = ClassicTask(
     env_id="CartPole-v1",
@@ -64,4 +78,6 @@ CARTPOLE = ClassicTask(
     initial_state=initial_state,
     dynamics=dynamics,
     observe=observe,
+    render=render,
+    render_fps=50,
 )

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.base import StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
+from envs.base import RenderError, StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
 from envs.device import resolve_device
 
 __all__ = ["ClassicEnvState", "ClassicTask", "ClassicVecEnv", "device_constants"]
@@ -53,6 +53,11 @@ class ClassicTask:
     """``(state, action) -> (next_state, reward, terminated)``, gymnasium's ``step``."""
     observe: Callable[[torch.Tensor], torch.Tensor]
     """``state -> obs``, gymnasium's observation of a state."""
+    render: Callable[[np.ndarray], np.ndarray] | None = None
+    """``state of one env (state_dim,) -> (height, width, 3)`` uint8: the picture gymnasium's ``rgb_array`` render
+    shows, drawn with numpy (envs.classic.render); None for a task with no picture."""
+    render_fps: float | None = None
+    """Frames per second of a video of it (gymnasium's ``metadata["render_fps"]`` for the same id)."""
 
 
 class ClassicEnvState(TypedDict):
@@ -77,7 +82,11 @@ class ClassicVecEnv(VecEnv):
         validate_actions: bool = True,
         compile: bool = False,
         sync_free: bool | None = None,
+        render_mode: str | None = None,
     ) -> None:
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode={render_mode!r} is not supported by the native {task.env_id}; expected "
+                             "None or 'rgb_array' (it draws offscreen either way)")
         self.task = task
         self.num_envs = check_num_envs(num_envs)
         self.device = resolve_device(device)
@@ -86,6 +95,7 @@ class ClassicVecEnv(VecEnv):
         self.max_episode_steps = task.max_episode_steps
         self.validate_actions = validate_actions
         self.spec_id = task.env_id
+        self.render_fps = task.render_fps
         self._generator = torch.Generator(device=self.device)
         if seed is None:
             self._generator.seed()
@@ -126,6 +136,14 @@ class ClassicVecEnv(VecEnv):
         self._state = None if state["state"] is None else state["state"].to(self.device).clone()
         self.episode_steps = state["episode_steps"].to(self.device).clone()
         self._generator.set_state(state["generator"])
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """Env ``env_index``'s current state drawn with numpy (no display, no pygame): ``(H, W, 3)`` uint8."""
+        if self.task.render is None:
+            raise RenderError(f"{self.task.env_id} has no picture to render")
+        if not 0 <= env_index < self.num_envs:
+            raise IndexError(f"env_index={env_index} is out of range for num_envs={self.num_envs}")
+        return self.task.render(self.state[env_index].detach().cpu().numpy())
 
     # -- contract --------------------------------------------------------------
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:

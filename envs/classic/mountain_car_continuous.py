@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from envs.classic.core import ClassicTask
+from envs.classic.render import Canvas
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -45,6 +46,23 @@ def observe(state: torch.Tensor) -> torch.Tensor:
     return state
 
 
+def _height(x: float) -> float:
+    return float(np.sin(3 * x) * 0.45 + 0.55)
+
+
+def render(state: np.ndarray) -> np.ndarray:
+    """gymnasium's picture: the hill, the flag at the goal and the car on the slope (640 x 400)."""
+    canvas = Canvas(640, 400, scale=640 / (MAX_POSITION - MIN_POSITION), center=(-0.3, 0.55))
+    xs = np.linspace(MIN_POSITION, MAX_POSITION, 100)
+    canvas.polyline([(float(x), _height(float(x))) for x in xs], 0.008, (0, 0, 0))
+    flag = _height(GOAL_POSITION)
+    canvas.line((GOAL_POSITION, flag), (GOAL_POSITION, flag + 0.1), 0.006, (0, 0, 0))
+    canvas.rect((GOAL_POSITION, flag + 0.07), (GOAL_POSITION + 0.06, flag + 0.1), (204, 204, 0))
+    position = float(state[0])
+    canvas.circle((position, _height(position) + 0.035), 0.035, (0, 0, 0))
+    return canvas.image()
+
+
 MOUNTAIN_CAR_CONTINUOUS = ClassicTask(
     env_id="MountainCarContinuous-v0",
     state_dim=2,
@@ -58,4 +76,6 @@ MOUNTAIN_CAR_CONTINUOUS = ClassicTask(
     initial_state=initial_state,
     dynamics=dynamics,
     observe=observe,
+    render=render,
+    render_fps=30,
 )

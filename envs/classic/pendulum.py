@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from envs.classic.core import ClassicTask, device_constants
+from envs.classic.render import Canvas
 
 MAX_SPEED = 8.0
 MAX_TORQUE = 2.0
@@ -55,6 +56,15 @@ def observe(state: torch.Tensor) -> torch.Tensor:
     return torch.stack((torch.cos(th), torch.sin(th), thdot), dim=-1)
 
 
+def render(state: np.ndarray) -> np.ndarray:
+    """gymnasium's picture: a rod of length 1 from the axle, upright at theta 0 (400 x 400)."""
+    canvas = Canvas(400, 400, scale=400 / 4.4)
+    tip = (-L * math.sin(float(state[0])), L * math.cos(float(state[0])))
+    canvas.line((0.0, 0.0), tip, 0.2, (204, 77, 77))
+    canvas.circle((0.0, 0.0), 0.05, (0, 0, 0))
+    return canvas.image()
+
+
 _high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
 PENDULUM = ClassicTask(
     env_id="Pendulum-v1",
@@ -65,4 +75,6 @@ PENDULUM = ClassicTask(
     initial_state=initial_state,
     dynamics=dynamics,
     observe=observe,
+    render=render,
+    render_fps=30,
 )

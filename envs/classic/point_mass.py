@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from envs.classic.core import ClassicTask
+from envs.classic.render import Canvas
 
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -28,6 +29,15 @@ def observe(state: torch.Tensor) -> torch.Tensor:
     return state.clone()
 
 
+def render(state: np.ndarray) -> np.ndarray:
+    """The mass on its line, the origin it steers to marked (640 x 160)."""
+    canvas = Canvas(640, 160, scale=640 / 4.4)
+    canvas.line((-2.0, 0.0), (2.0, 0.0), 0.02, (0, 0, 0))
+    canvas.line((0.0, -0.2), (0.0, 0.2), 0.03, (0, 160, 0))
+    canvas.circle((float(state[0]), 0.0), 0.12, (204, 77, 77))
+    return canvas.image()
+
+
 POINT_MASS = ClassicTask(
     env_id="PointMass-v0",
     state_dim=1,
@@ -37,4 +47,6 @@ POINT_MASS = ClassicTask(
     initial_state=initial_state,
     dynamics=dynamics,
     observe=observe,
+    render=render,
+    render_fps=10,
 )

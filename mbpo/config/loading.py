@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mbpo.config.schema import Config, ConfigError, resolve_type
-from mbpo.config.validation import validate
+from mbpo.config.validation import learner_keys, validate
 
 __all__ = ["load_config", "config_from_yaml", "to_yaml"]
 
@@ -68,17 +68,27 @@ def config_from_yaml(text: str | None, overrides: list[str] | None = None, sourc
 
 
 def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Config:
-    """The schema, then each YAML layer (less its ``base`` key) in order, then the overrides; validated."""
+    """The schema, then each YAML layer (less its ``base`` key) in order, then the overrides; validated.
+
+    A layer (a file, or the overrides together) that switches agent.name first sets the keys of the learner it
+    leaves back to their defaults: ``configs/pendulum_sac.yaml agent.name=dqn`` drops the file's agent.sac
+    tuning, while an agent.sac key set with or after the switch stays, and validation refuses it.
+    """
     try:
         # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
         for text, _ in layers:
             layer = cast(DictConfig, OmegaConf.create(text))  # a mapping: _check_yaml said so
             layer.pop(BASE_KEY, None)
+            _switch_learner(cfg, OmegaConf.select(layer, "agent.name", default=None))
             cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+        names = [item for item in overrides or [] if item.split("=", 1)[0].strip() == "agent.name"]
+        if names:
+            _switch_learner(cfg, OmegaConf.from_dotlist(names[-1:]).agent.name)
+        for item in overrides or []:
             key, value = item.split("=", 1)
             if value.strip() in _CLEARS and _is_mapping(key):  # a merge would keep the keys it holds
                 OmegaConf.update(cfg, key, {}, merge=False)
@@ -89,6 +99,17 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
     config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
     validate(config)
     return config
+
+
+def _switch_learner(cfg: DictConfig, name: Any) -> None:
+    """Where ``name`` (a layer's agent.name; None: it sets none) leaves the current learner, set every key of the
+    others back to its default, so that one learner's tuning in a file does not stop another's run.
+    """
+    if name is None or name == cfg.agent.name:
+        return
+    for key, (learner, default) in learner_keys().items():
+        if learner != name:
+            OmegaConf.update(cfg, key, default, merge=False)
 
 
 def _check_yaml(text: str, source: str) -> dict[str, Any] | None:

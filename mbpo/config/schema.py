@@ -19,10 +19,15 @@ from mbpo.errors import MbpoError
 
 __all__ = ["Config", "ConfigError", "EnvConfig", "SACConfig", "DQNConfig", "AgentConfig", "ModelConfig",
            "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL", "describe",
-           "updates_per_transition", "rollouts_per_transition"]
+           "updates_per_transition", "rollouts_per_transition", "LEARNER"]
 
 class ConfigError(MbpoError, ValueError):
     """A config file or override names an unknown key, a wrong type or an out-of-range value."""
+
+
+LEARNER = "learner"
+"""Field metadata of an AgentConfig key that only one learner uses: its agent.name (validation refuses the key,
+set off its default, for the others, as it does every key of another learner's section: agent.sac, agent.dqn)."""
 
 
 @dataclass
@@ -140,7 +145,9 @@ class DQNConfig:
 @dataclass
 class AgentConfig:
     name: str = "sac"
-    """Learner: sac (continuous actions) or dqn (discrete actions)."""
+    """Learner: sac (continuous actions) or dqn (discrete actions). The other learner's keys (its section, and
+    n_step, obs_norm, compile for sac) are refused unless at their defaults; a file or the command line that
+    switches the learner first sets those of the learner it leaves, from earlier files, back to their defaults."""
     batch_size: int = 256
     """Transitions per gradient update."""
     utd_ratio: float | None = None
@@ -150,15 +157,15 @@ class AgentConfig:
     updates_per_vector_step: float | None = None
     """Gradient updates per vector step of num_envs envs, the large-scale recipes' unit (FastTD3, PQL): an
     alternative to utd_ratio (= updates_per_vector_step / num_envs); null = use utd_ratio."""
-    n_step: int = 1
+    n_step: int = field(default=1, metadata={LEARNER: "sac"})
     """n-step returns: each stored transition sums n discounted rewards and bootstraps with gamma**n (fewer
     steps where an episode ends first); 1 = ordinary 1-step transitions. Not with model.enabled (the dynamics
     model learns from 1-step transitions)."""
-    obs_norm: bool = False
+    obs_norm: bool = field(default=False, metadata={LEARNER: "sac"})
     """Normalise observations by their running mean and variance (SAC): learned on the learner from every real
     transition it stores, published with the policy's weights, so collectors, model rollouts and evaluation
     apply the same statistics, and saved in checkpoints. The large-scale recipes (FastTD3, FastSAC) use it."""
-    compile: bool = False
+    compile: bool = field(default=False, metadata={LEARNER: "sac"})
     """torch.compile the SAC update's losses, forward and backward (CUDA graphs on a GPU): same numbers as eager,
     faster once compiled; the first update waits for the compiler (tens of seconds on a CPU)."""
     learning_starts: int = 1000
@@ -319,7 +326,8 @@ class RuntimeConfig:
     shutdown_timeout_s: float = 10.0
     """Deadline for joining the worker threads on stop, Ctrl-C or SIGTERM."""
     nonfinite: str = "raise"
-    """A non-finite observation or reward from an env: raise (naming env index and field) or drop (count it)."""
+    """A non-finite observation or reward from an env, on every trainer and backend: raise (one line naming env
+    index, field and env step; final checkpoint, exit 2) or drop (the row, counted in nonfinite_dropped)."""
     learner_threads: int = 1
     """torch intra-op threads of the learner thread (policy updates)."""
     model_threads: int = 1
@@ -342,6 +350,10 @@ class Config:
     """Env transitions between evaluations of the deterministic policy."""
     eval_episodes: int = 10
     """Episodes per evaluation, run on a separate env instance."""
+    eval_video: bool = False
+    """Keep a video of each evaluation, RUN_DIR/videos/eval_<env_steps>.mp4: the first env's episode, drawn
+    offscreen (native envs with numpy, MuJoCo through MUJOCO_GL=egl or osmesa). Needs the video extra; each frame
+    costs a render (milliseconds natively, ~0.2 s for MuJoCo on a CPU without a GPU)."""
     log_every: int = 1_000
     """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
     run_dir: str | None = None

@@ -14,9 +14,18 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from mbpo.config.schema import Config, ConfigError, rollouts_per_transition, updates_per_transition
+from mbpo.config.schema import (
+    LEARNER,
+    AgentConfig,
+    Config,
+    ConfigError,
+    resolve_type,
+    rollouts_per_transition,
+    updates_per_transition,
+)
 
-__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS", "CALLABLE_PATH"]
+__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS", "CALLABLE_PATH",
+           "MAX_ENV_ID_CHARS", "learner_keys"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.activation": ("swish", "relu"),
@@ -59,8 +68,12 @@ MAX_MODEL_BUFFER_TRANSITIONS = 2_000_000_000
 """Largest model buffer: it is allocated in one piece at the first rollout, and a transition (obs, action,
 reward, next obs, terminated in float32) is at least 36 bytes (Pendulum), 168 for HalfCheetah, so 2e9 is
 72-336 GB, more than any GPU holds; MBPO's own configs need at most about 1e7."""
-# key -> (low, high, low inclusive); None = unbounded on that side.
+MAX_ENV_ID_CHARS = 100
+"""Longest env.id: it names the run dir (runs/<env.id>-<agent>-s<seed>-<date>-<time>-<pid>, up to 70 characters
+more), and a file name holds at most 255 bytes; registered ids are under 50 characters."""
+# key -> (low, high, low inclusive); None = unbounded on that side. High is inclusive unless in _HIGH_EXCLUSIVE.
 _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
+    "seed": (0, 2**64 - 1, True),  # numpy's SeedSequence takes any int >= 0, torch.manual_seed at most 2**64 - 1
     "total_env_steps": (1, None, True),
     "eval_every": (1, None, True),
     "eval_episodes": (1, None, True),
@@ -130,6 +143,13 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "runtime.ray.num_cpus_per_collector": (0, None, True),
     "runtime.ray.num_gpus_per_collector": (0, None, True),
 }
+_HIGH_EXCLUSIVE = {
+    "agent.sac.dropout": "a dropout of 1 drops every unit",
+    "agent.sac.adam_beta1": "Adam with beta1 = 1 never moves its first moment",
+    "agent.sac.alpha_adam_beta1": "Adam with beta1 = 1 never moves its first moment",
+    "model.holdout_ratio": "some real data must remain to train on",
+}
+"""Keys of _RANGES whose upper bound is itself refused, and why (said in the message)."""
 
 
 def _get(config: Config, key: str) -> Any:
@@ -165,30 +185,20 @@ def validate(config: Config) -> None:
             continue
         # Written so that every comparison with NaN fails the check instead of passing it.
         above_low = low is None or (value >= low if low_inclusive else value > low)
-        below_high = high is None or value <= high
+        below_high = high is None or (value < high if key in _HIGH_EXCLUSIVE else value <= high)
         if not (above_low and below_high):
-            raise ConfigError(f"{key}={value!r} is out of range; expected a value in {_interval(key)}")
+            why = f": {_HIGH_EXCLUSIVE[key]}" if key in _HIGH_EXCLUSIVE else ""
+            raise ConfigError(f"{key}={value!r} is out of range; expected a value in {_interval(key)}{why}")
     for per, per_vector, what in (("agent.utd_ratio", "agent.updates_per_vector_step", "updates"),
                                   ("model.rollouts_per_real", "model.rollouts_per_vector_step", "rollouts")):
         if _get(config, per) is not None and _get(config, per_vector) is not None:
             raise ConfigError(f"{per}={_get(config, per)} and {per_vector}={_get(config, per_vector)} both set the "
                               f"{what} budget; set one of the two (the other is null)")
-    if config.agent.n_step > 1 and config.agent.name != "sac":
-        raise ConfigError(f"agent.n_step={config.agent.n_step} is for agent.name=sac (DQN's torchrl loss bootstraps "
-                          "with one fixed gamma); use agent.n_step=1 with dqn")
-    if config.agent.compile and config.agent.name != "sac":
-        raise ConfigError("agent.compile=true is for agent.name=sac (DQN's update is torchrl's DQNLoss); "
-                          "use agent.compile=false with dqn")
-    if config.agent.obs_norm and config.agent.name != "sac":
-        raise ConfigError("agent.obs_norm=true is for agent.name=sac (the normaliser lives in SAC's actor); "
-                          "use agent.obs_norm=false with dqn")
+    _check_learner_keys(config)
     _check_critic(config)
     if config.agent.n_step > 1 and config.model.enabled:
         raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
                           "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
-    if not config.model.holdout_ratio < 1:
-        raise ConfigError(f"model.holdout_ratio={config.model.holdout_ratio!r} is out of range; expected a value "
-                          "in (0, 1): some real data must remain to train on")
     for key in _CALLABLE_KEYS:
         path = _get(config, key)
         if path is not None and not CALLABLE_PATH.match(path):
@@ -221,12 +231,48 @@ def validate(config: Config) -> None:
     _check_budgets(config)
 
 
+def learner_keys() -> dict[str, tuple[str, Any]]:
+    """``{dotted key: (the agent.name it is for, its default)}`` of every key that only one learner uses: each key
+    of a learner's section (AgentConfig's dataclass fields, named as the learner: agent.sac.*, agent.dqn.*) and
+    each AgentConfig key marked with that learner in its field metadata (schema.LEARNER). Read from the schema, so
+    a key added there is covered.
+    """
+    out: dict[str, tuple[str, Any]] = {}
+    defaults = AgentConfig()
+    for f in dataclasses.fields(AgentConfig):
+        section = resolve_type(f.type)
+        if section is not None:
+            instance = getattr(defaults, f.name)
+            out |= {f"agent.{f.name}.{g.name}": (f.name, getattr(instance, g.name))
+                    for g in dataclasses.fields(section)}
+        elif LEARNER in f.metadata:
+            out[f"agent.{f.name}"] = (f.metadata[LEARNER], getattr(defaults, f.name))
+    return out
+
+
+def _check_learner_keys(config: Config) -> None:
+    """A key of another learner (agent.sac.crossq=true with agent.name=dqn) would be silently ignored: refuse any
+    such key set off its default, in a file or an override.
+    """
+    name = config.agent.name
+    for key, (learner, default) in learner_keys().items():
+        value = _get(config, key)
+        if learner != name and value != default:
+            raise ConfigError(f"{key}={_shown(value)} is for agent.name={learner}, and this run's agent.name={name} "
+                              f"does not use it; drop it (its default is {_shown(default)}) or set "
+                              f"agent.name={learner}")
+
+
+def _shown(value: Any) -> str:
+    """A value as it is written in YAML or an override: true, null, [256, 256], 0.5, bf16."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
 def _check_critic(config: Config) -> None:
     """The SAC critic options that contradict each other (mbpo.agents.sac_loss says what each does)."""
     sac = config.agent.sac
-    if sac.dropout >= 1 or sac.adam_beta1 >= 1:
-        key, value = ("dropout", sac.dropout) if sac.dropout >= 1 else ("adam_beta1", sac.adam_beta1)
-        raise ConfigError(f"agent.sac.{key}={value!r} is out of range; expected a value in [0, 1)")
     if sac.num_min is not None and sac.num_min > sac.num_critics:
         raise ConfigError(f"agent.sac.num_min={sac.num_min} is out of range; the target's minimum is over a subset of "
                           f"the critics, so expected at most agent.sac.num_critics={sac.num_critics}")
@@ -241,6 +287,9 @@ _PASSED_TO_FACTORY = {"num_envs": "env.num_envs", "device": "env.device (or devi
 def _check_env(config: Config) -> None:
     """One way of naming the env: env.id builds it, or env.factory does and env.id is only the run's label."""
     env = config.env
+    if len(env.id) > MAX_ENV_ID_CHARS:
+        raise ConfigError(f"env.id={env.id[:40]!r}... is {len(env.id)} characters long; expected at most "
+                          f"{MAX_ENV_ID_CHARS}: it names the run dir, and a file name holds at most 255 bytes")
     if env.factory is None:
         if env.kwargs:
             raise ConfigError(f"env.kwargs={env.kwargs!r} is for env.factory (keyword arguments of its callable), "
@@ -277,7 +326,8 @@ def _interval(key: str) -> str:
     """``_RANGES[key]`` as an interval, e.g. ``[0, 1]`` or ``(0, inf)`` (infinity itself is never allowed)."""
     low, high, low_inclusive = _RANGES[key]
     left = "(-inf" if low is None else f"{'[' if low_inclusive else '('}{low}"
-    return f"{left}, {'inf)' if high is None else f'{high}]'}"
+    right = "inf)" if high is None else f"{high})" if key in _HIGH_EXCLUSIVE else f"{high}]"
+    return f"{left}, {right}"
 
 
 def _float_values(obj: Any, prefix: str = "") -> Iterator[tuple[str, str, float, bool]]:

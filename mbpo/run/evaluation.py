@@ -43,17 +43,20 @@ class Episodes:
     """The discount of ``discounted_returns``."""
 
 
-def evaluate(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[[], None] | None = None) -> list[float]:
+def evaluate(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[[], None] | None = None,
+             frames: Callable[[torch.Tensor], None] | None = None) -> list[float]:
     """Return of the first episode of each of ``env.num_envs`` envs, acting greedily.
 
     ``reset(seed=seed)`` makes every evaluation reproducible on its own, so
     evaluating never disturbs the training RNG streams (exact resume relies on it).
+    ``frames`` (a video recorder, mbpo.run.video) is called before each step with the mask of envs still
+    in their first episode, bool ``(num_envs,)`` on CPU.
     """
-    return evaluate_episodes(agent, env, seed, poll).returns
+    return evaluate_episodes(agent, env, seed, poll, frames=frames).returns
 
 
 def evaluate_episodes(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[[], None] | None = None,
-                      gamma: float = 0.99) -> Episodes:
+                      gamma: float = 0.99, frames: Callable[[torch.Tensor], None] | None = None) -> Episodes:
     """:func:`evaluate`, keeping each episode's start state and its return discounted by ``gamma``."""
     obs = env.reset(seed=seed)
     start_obs = obs.clone()
@@ -67,6 +70,8 @@ def evaluate_episodes(agent: Agent, env: envs.VecEnv, seed: int, poll: Callable[
     for _ in range(limit):
         if poll is not None:
             poll()  # e.g. the async trainer's supervision: a long evaluation must not hide a worker's error
+        if frames is not None:
+            frames(running)
         actions = agent.act(obs.cpu(), explore=False).to(env.device)
         obs, reward, terminated, truncated, _ = env.step(actions)
         reward = torch.where(running, reward.cpu().double(), 0.0)

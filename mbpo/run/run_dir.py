@@ -45,11 +45,12 @@ __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "check_be
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE"]
 
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
-RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint",
-                       "runtime.nonfinite")
+RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                       "checkpoint", "runtime.nonfinite")
 """Keys a resume may change: how long and how often, and what to do with an env's non-finite values (the fix a
 run stopped by one is told to use), never what was built."""
-_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "log_every", "progress", "checkpoint", "run_dir")
+_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress", "checkpoint",
+                 "run_dir")
 """Top-level keys left out of a run's identity hash; fixed, or every checkpoint written so far would stop
 matching its run."""
 
@@ -129,12 +130,13 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "env"
 
 
-def remove_if_never_started(run_dir: Path) -> bool:
+def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
     """Remove ``run_dir`` if no run ever started in it: no checkpoint and no metrics row (what a failed start
-    leaves: the lock, maybe the config and run.json). Returns whether it did.
+    leaves: the lock, maybe the config and run.json), or, when the caller knows the run ``took_no_step``
+    (stopped before its first env step), no checkpoint whatever its rows say. Returns whether it did.
     """
     metrics = run_dir / "metrics.csv"
-    rows = metrics.read_text().count("\n") if metrics.is_file() else 0
+    rows = 0 if took_no_step or not metrics.is_file() else metrics.read_text().count("\n")
     if not run_dir.is_dir() or list_checkpoints(run_dir / "checkpoints") or rows > 1:  # header + a row
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -160,6 +162,17 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _file_on(path: Path) -> Path | None:
+    """``path`` or the first of its parents that exists and is not a directory (a file); None if there is none."""
+    for p in (path, *path.parents):
+        try:
+            if p.exists() and not p.is_dir():
+                return p
+        except OSError:  # a name too long to look up: mkdir reports it
+            return None
+    return None
+
+
 class RunLock:
     """Exclusive lock on a run dir for as long as a run uses it.
 
@@ -178,6 +191,13 @@ class RunLock:
     def acquire(self) -> RunLock:
         if self._acquired:
             return self
+        in_the_way = _file_on(self.run_dir)
+        if in_the_way == self.run_dir:  # mkdir would say "File exists"
+            raise RunDirBusyError(f"run dir {self.run_dir} is a file; expected a directory: choose another "
+                                  "run_dir=<dir>")
+        if in_the_way is not None:  # mkdir would say "Not a directory"
+            raise RunDirBusyError(f"run dir {self.run_dir} cannot be made: {in_the_way} on its path is a file, not a "
+                                  "directory; choose another run_dir=<dir>")
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             probe = self.run_dir / LOCK_FILE

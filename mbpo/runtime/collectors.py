@@ -35,6 +35,7 @@ from mbpo.config.seeding import derive
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.replay import real_transitions
 from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.weights import WeightStore
 
@@ -45,10 +46,6 @@ POLICY_VERSION = "policy_version"
 """int64 ``(B,)``: the published weight version the collector acted with (0: random warm-up actions)."""
 COLLECTOR_ID = "collector_id"
 """int64 ``(B,)``: which collector produced the transition."""
-
-
-class NonFiniteEnvError(RuntimeError):
-    """An env returned a non-finite observation or reward (runtime.nonfinite=raise)."""
 
 
 @dataclass
@@ -197,45 +194,28 @@ class EnvStepper:
             step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
             step[POLICY_VERSION] = torch.full((n,), 0 if random else policy_version, dtype=torch.int64,
                                               device=step.device)
-            finite = (torch.isfinite(obs).all(-1) & torch.isfinite(reward)
-                      & torch.isfinite(step["next_obs"]).all(-1))
-            finite_cpu = finite.cpu()
+            keep = screen(step, self.setup.nonfinite, first + t * n, f"collector {self.collector_id}: ")
             reward_cpu, done_cpu = reward.cpu().double(), done.cpu()
-            if not bool(finite_cpu.all()):
-                self._nonfinite(step, finite_cpu, first + t * n)
-                dropped += int((~finite_cpu).sum())
-                reward_cpu = torch.where(finite_cpu, reward_cpu, 0.0)
+            if keep is not None:
+                dropped += int((~keep).sum())
+                reward_cpu = torch.where(keep, reward_cpu, 0.0)
             if self.n_step is not None:  # n-step transitions: emitted as their windows close
-                parts.append(self.n_step.push(step, truncated, keep=finite))
+                parts.append(self.n_step.push(step, truncated, keep=keep))
             else:
-                parts.append(step[finite.to(step.device)] if not bool(finite_cpu.all()) else step)
+                parts.append(step if keep is None else step[keep.to(step.device)])
             episode_return += reward_cpu
             if bool(done_cpu.any()):
                 returns.extend(episode_return[done_cpu].tolist())
                 episode_return[done_cpu] = 0.0
-            obs = next_obs
-            poisoned = ~torch.isfinite(obs).all(-1)
-            if bool(poisoned.any()):  # a poisoned state cannot be acted on: restart those envs only
-                obs = env.reset(env_ids=poisoned)
-                episode_return[poisoned.cpu()] = 0.0
+            obs, poisoned = reset_poisoned(env, next_obs)
+            if poisoned is not None:
+                episode_return[poisoned] = 0.0
         self.obs = obs
         data: TensorDict = torch.cat(parts)  # torch.cat on TensorDicts gives a TensorDict
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
         return CollectorBatch(data, self.collector_id, policy_version, returns, vector_steps * n, dropped,
                               time.monotonic(), started, env_s=env_s, act_s=act_s)
-
-    def _nonfinite(self, step: TensorDict, finite: torch.Tensor, at_transition: int) -> None:
-        if self.setup.nonfinite == "drop":
-            return
-        row = int((~finite).nonzero()[0, 0])
-        fields = [name for name, value in (("obs", step["obs"][row]), ("reward", step["reward"][row]),
-                                           ("next_obs", step["next_obs"][row]))
-                  if not bool(torch.isfinite(value).all())]
-        raise NonFiniteEnvError(
-            f"collector {self.collector_id}: env index {row} returned a non-finite {' and '.join(fields)} "
-            f"(values {[step[f][row].tolist() for f in fields]}) at env step {at_transition + row}; "
-            "set runtime.nonfinite=drop to drop such transitions and count them instead")
 
 
 class CollectorStopped(Exception):

@@ -14,10 +14,11 @@ import torch
 
 import envs
 from envs.contract import Probe, field_name, probe
+from envs.contract import check_interface as contract_interface
 from mbpo.config import ConfigError, EnvConfig
 from mbpo.errors import MbpoError
 
-__all__ = ["build_env", "check_env", "EnvContractError"]
+__all__ = ["build_env", "check_env", "check_interface", "EnvContractError"]
 
 
 class EnvContractError(MbpoError):
@@ -26,14 +27,33 @@ class EnvContractError(MbpoError):
     """
 
 
-def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: int) -> envs.VecEnv:
-    """``num_envs`` envs as ``env`` says, on ``device``; a factory that cannot be used is a ConfigError."""
+def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: int,
+              render: bool = False) -> envs.VecEnv:
+    """``num_envs`` envs as ``env`` says, on ``device``; a factory that cannot be used is a ConfigError.
+
+    ``render``: an env that can draw frames (``render_mode="rgb_array"``, for a video); a factory's env renders
+    as its own ``render`` does.
+    """
     if env.factory is None:
-        return envs.make(env.id, num_envs, device=device, seed=seed, source=env.source)
+        extra = {"render_mode": "rgb_array"} if render else {}
+        try:
+            return envs.make(env.id, num_envs, device=device, seed=seed, source=env.source, **extra)
+        except envs.RenderError as exc:  # a renderer that cannot work here (mjlab without offscreen OpenGL)
+            raise ConfigError(f"{_label(env)}: {exc}") from exc
     try:
         return envs.make_from_factory(env.factory, num_envs, device=device, seed=seed, **env.kwargs)
     except envs.EnvFactoryError as exc:
         raise ConfigError(f"{_label(env)} {exc.problem}") from exc
+
+
+def check_interface(env: envs.VecEnv, config: EnvConfig) -> None:
+    """Hold what the trainer reads of ``env`` before calling it (``num_envs``, ``device``, the spaces, ``reset``'s
+    keywords: envs.contract.check_interface) to the contract; first thing after the run's env is built.
+    """
+    try:
+        contract_interface(env)
+    except envs.ContractError as exc:
+        raise EnvContractError(f"{_label(config)}: {exc}") from exc
 
 
 def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecEnv, Probe]:

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from mbpo.runtime.collectors import Collector, NonFiniteEnvError
+from mbpo.runtime.collectors import Collector
 from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.nonfinite import NonFiniteEnvError
 from mbpo.runtime.timing import UNOBSERVED_S
 
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
@@ -139,9 +140,8 @@ class CollectorPool:
         assert error is not None
         c.close()
         self.retired.append(c)
-        if isinstance(error, NonFiniteEnvError):
-            raise CollectorFailure(f"collector {cid} failed; a non-finite env value is not restartable: "
-                                   f"{error}") from error
+        if isinstance(error, NonFiniteEnvError):  # the env's data, not a crash: a restart would meet it again
+            raise error
         self._replace(cid, c, f"collector {cid} failed", error)
 
     def _replace(self, cid: int, c: Collector, what: str, error: BaseException | None) -> None:
@@ -178,27 +178,34 @@ class CollectorPool:
 class StopOnSignals:
     """Within the block, SIGINT and SIGTERM set ``stop`` (and remember which) instead of killing the process.
 
-    Python only lets the main thread install handlers; elsewhere this is a no-op.
+    ``doing()`` says, when the signal comes, what stopping will do (a trainer knows whether it has anything to
+    checkpoint yet). Blocks nest: one entered after an outer block has caught a signal (Ctrl-C during a
+    trainer's start-up, caught by the command line's block) starts stopped, with that signal. Python only lets
+    the main thread install handlers; elsewhere this is a no-op.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, stop: threading.Event, doing: Callable[[], str] | None = None) -> None:
         self.stop = stop
         self.signum: int | None = None
+        self.doing = doing or (lambda: "draining the queue, joining threads, writing a final checkpoint")
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
-            print(f"\n[mbpo] {signal.Signals(signum).name}: stopping (draining the queue, joining threads, "
-                  "writing a final checkpoint)", file=sys.stderr)
+            print(f"\n[mbpo] {signal.Signals(signum).name}: stopping ({self.doing()})", file=sys.stderr)
         self.stop.set()
 
     def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            outer = getattr(self._previous[signal.SIGINT], "__self__", None)
+            if isinstance(outer, StopOnSignals) and outer.signum is not None:
+                self.signum = outer.signum
+                self.stop.set()
         return self
 
     def __exit__(self, *exc: object) -> None:

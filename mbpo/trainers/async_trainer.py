@@ -35,11 +35,11 @@ from mbpo.agents import acting_config, make_agent
 from mbpo.config import Config, updates_per_transition
 from mbpo.data.replay import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
-from mbpo.device.plan import DeviceMismatchError
+from mbpo.device.plan import DeviceMismatchError, device_of, same_device
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
-from mbpo.runtime.env_builder import build_env
+from mbpo.runtime.env_builder import EnvContractError, build_env, check_interface
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
@@ -100,7 +100,6 @@ class AsyncTrainer(Trainer):
                                             rollout_agent, self.stop_event, rt.model_threads)
         self.exit_code = 0
         self.telemetry = AsyncTelemetry()
-        self.nonfinite_dropped = 0
         self._closed = False
         self._started = self._stopped = False
         self._checkpoint_due = False
@@ -131,8 +130,13 @@ class AsyncTrainer(Trainer):
             env = build_env(self.config.env, self.config.env.num_envs, self.env_device, seed)
         else:
             env = self._env_factory(collector_id, incarnation, seed)
+        try:
+            check_interface(env, self.config.env)  # its device must be one before it is compared
+        except EnvContractError:
+            env.close()
+            raise
         factory_made = self._env_factory is not None or self.config.env.factory is not None
-        if factory_made and env.device != self.plan.device:  # a factory's env chose its own device
+        if factory_made and not same_device(device_of(env), self.plan.device):  # a factory's env chose its own
             env.close()
             raise DeviceMismatchError(f"collector {collector_id}'s env is on {env.device}, but the run's device "
                                       f"plan is {self.plan.device}; build it on {self.plan.device}")
@@ -186,7 +190,7 @@ class AsyncTrainer(Trainer):
             for line in switches(cfg.runtime.num_collectors, cfg.runtime.backend):
                 print(f"[mbpo debug] {line}", file=sys.stderr)
         try:
-            with StopOnSignals(self.stop_event) as signals:
+            with StopOnSignals(self.stop_event, self._stopping) as signals:
                 self._start()
                 evaluated = False
                 try:
@@ -220,6 +224,11 @@ class AsyncTrainer(Trainer):
             if own_logger:
                 logger.close()
         return row
+
+    def _stopping(self) -> str:
+        if self.env_steps == 0:  # the queue may still hold the first batches
+            return "draining the queue (a final checkpoint if it holds env steps), joining threads"
+        return "draining the queue, joining threads, " + self.stopping()
 
     def _gate_from_counters(self) -> None:
         """The gate's counters from the trainer's (a resumed run goes on from its checkpoint's)."""
@@ -382,7 +391,6 @@ class AsyncTrainer(Trainer):
             "collector_restarts": self.pool.restarts,
             "hung_collectors": len(self.pool.hung),
             "queue_drops": self.queue.dropped,
-            "nonfinite_dropped": self.nonfinite_dropped,
             "gate_waits": self.gate.waits,
         })
         if self.model_worker is not None:

@@ -7,6 +7,7 @@ share one format and their metrics rows one set of columns.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import time
@@ -24,6 +25,7 @@ from mbpo.agents import make_agent
 from mbpo.config import Config, ConfigError, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.config.seeding import derive
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
+from mbpo.device.memory import network_bytes
 from mbpo.device.plan import DevicePlan
 from mbpo.device.precision import resolve_precision
 from mbpo.errors import MbpoError
@@ -34,7 +36,8 @@ from mbpo.run.checkpoint import FORMAT, save_checkpoint
 from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
-from mbpo.runtime.env_builder import build_env, check_env
+from mbpo.run.video import EvalVideos
+from mbpo.runtime.env_builder import build_env, check_env, check_interface
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
@@ -81,6 +84,9 @@ class Due:
 class Trainer:
     """The learner side of a run; subclasses bring the training env(s) and the loop."""
 
+    exit_code = 0
+    """128 + the signal that stopped the last :meth:`run` (130 Ctrl-C, 143 SIGTERM); 0 when it ran to the end."""
+
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
         subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
@@ -116,16 +122,20 @@ class Trainer:
                   "total_env_steps or lower agent.learning_starts", file=sys.stderr)
         self.env = self._make_env()
         try:
+            check_interface(self.env, config.env)  # before anything reads its device, spaces or reset
             self._build_learner(config, device)
             self._build_runtime(config)
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
             # that runs one instance per process (Isaac Sim) can then hold the evaluation env.
-            self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"))
+            self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"),
+                                      render=config.eval_video)
             self.plan.check({"eval env": self.eval_env})
             # Before any collector starts, on every backend: the eval env is built as every collector's is, and
             # every evaluation reseeds it, so its probe step changes nothing the run does afterwards.
             self.eval_env, probe = check_env(self.eval_env, config.env, self.seed("env_probe"))
             self.components["eval env"] = self.eval_env
+            self.eval_videos = EvalVideos(self.run_dir / "videos", self.eval_env) if config.eval_video else None
+            """eval_video=true: a video of each evaluation's first episode (it draws a frame now, to fail early)."""
             self.float32_fields = tuple(probe.float32_fields)
             """Env fields returned in another float dtype, cast to float32 wherever the run steps an env."""
             self._cast_to_float32(self.float32_fields)
@@ -179,6 +189,9 @@ class Trainer:
         self._cpu_before: float | None = 0.0  # the CPU seconds of earlier invocations (a checkpoint's)
         self.last_eval_return: float | None = None
         self.last_eval_env_steps: int | None = None
+        self.nonfinite_dropped = 0
+        """Env rows dropped for a non-finite value (runtime.nonfinite=drop, mbpo.runtime.nonfinite), all runs of
+        the run dir together."""
         self.last_eval_stats: dict[str, float] = {}
         """The spread of the last evaluation's episodes (mbpo.run.evaluation.eval_stats)."""
         self.last_q_bias: dict[str, float] = {}
@@ -189,8 +202,9 @@ class Trainer:
         Parts overlap in the async trainer (collectors, model thread and learner run at once)."""
 
     def _check_memory(self, config: Config, device: torch.device) -> None:
-        """Print what the replay and model buffers will hold on ``device``; refuse, before anything is allocated,
-        a run whose buffers cannot fit (the replay buffer takes its whole capacity at the first transition).
+        """Print what the replay and model buffers and the networks will hold on ``device``; refuse, before
+        anything is allocated, a run that cannot fit (the replay buffer takes its whole capacity at the first
+        transition), naming the keys of the parts that take the most.
         """
         row = transition_bytes(self.env.obs_dim, self.env.action_space)
         replay = row * config.agent.buffer_size
@@ -205,19 +219,32 @@ class Trainer:
         widest = max(*m.hidden_sizes, *(a.sac.hidden_sizes if a.name == "sac" else a.dqn.hidden_sizes))
         rollout = (rollout_bytes(starts, m.rollout_batch_size, row + 8, self.env.obs_dim, self.env.act_dim, widest,
                                  device) if m.enabled else 0)
+        learner, ensemble = network_bytes(a, m if m.enabled else None, self.env.obs_dim, self.env.act_dim)
         available = envs.available_memory(device)
-        parts = [f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}"]
+        # (what it holds, bytes, the keys that size it)
+        sized = [(f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}", replay,
+                  "agent.buffer_size")]
         if m.enabled:
-            parts.append(f"model buffer up to {model_rows:,} x {row + 8} B = {_size(model)}")
-            parts.append(f"rollouts of {starts:,} branches, {min(starts, m.rollout_batch_size):,} at a time "
-                         f"(model.rollout_batch_size): about {_size(rollout)} at their peak")
+            sized.append((f"model buffer up to {model_rows:,} x {row + 8} B = {_size(model)}", model,
+                          "model.rollouts_per_real, model.retain_epochs"))
+            sized.append((f"rollouts of {starts:,} branches, {min(starts, m.rollout_batch_size):,} at a time "
+                          f"(model.rollout_batch_size): about {_size(rollout)} at their peak", rollout,
+                          "model.rollout_batch_size"))
+        learner_keys = ("agent.sac.num_critics, agent.sac.hidden_sizes, agent.sac.critic_hidden_sizes"
+                        if a.name == "sac" else "agent.dqn.hidden_sizes")
+        sized.append((f"{a.name.upper()} networks with their optimizer state about {_size(learner)}", learner,
+                      learner_keys))
+        if m.enabled:
+            sized.append((f"the ensemble with its optimizer state about {_size(ensemble)}", ensemble,
+                          "model.ensemble_size, model.hidden_sizes"))
+        parts = [text for text, _, _ in sized]
+        need = sum(n for _, n, _ in sized)
         room = "" if available is None else f" ({_size(available)} available)"
         print(f"[mbpo] memory on {device}: {'; '.join(parts)}{room}", file=sys.stderr)
-        if available is not None and replay + model + rollout > available:
-            model_keys = ", model.rollouts_per_real, model.retain_epochs or model.rollout_batch_size"
-            raise MbpoError(f"the buffers need {_size(replay + model + rollout)} on {device} but only "
-                            f"{_size(available)} is available ({'; '.join(parts)}); lower agent.buffer_size"
-                            f"{model_keys if m.enabled else ''}")
+        if available is not None and need > available:
+            keys = ", ".join(k for _, n, k in sorted(sized, key=lambda part: -part[1]) if n >= need / 10)
+            raise MbpoError(f"the networks and buffers need {_size(need)} on {device} but only "
+                            f"{_size(available)} is available ({'; '.join(parts)}); lower {keys}")
 
     def _check_rules(self, model: ModelBased, transitions: TensorDict) -> None:
         """Say which termination and reward rules the rollouts use, and run them on real ``transitions`` (the
@@ -246,7 +273,9 @@ class Trainer:
         """
         start = time.perf_counter()
         gamma = self.config.agent.sac.gamma if self.config.agent.name == "sac" else self.config.agent.dqn.gamma
-        episodes = evaluate_episodes(self.agent, self.eval_env, self.eval_seed(), poll, gamma)
+        recorder = None if self.eval_videos is None else self.eval_videos.recorder(self.env_steps)
+        with recorder or contextlib.nullcontext():
+            episodes = evaluate_episodes(self.agent, self.eval_env, self.eval_seed(), poll, gamma, frames=recorder)
         self.last_eval_return = float(np.mean(episodes.returns))
         self.last_eval_stats = eval_stats(episodes)
         self.last_q_bias = critic_bias(self.agent, episodes)
@@ -256,6 +285,12 @@ class Trainer:
     def _start_clock(self) -> Throughput:
         """The run's wall-clock and rate columns from now on (a start, or a resume at the checkpoint's counters)."""
         return Throughput(self.env_steps, self.agent.num_updates, self.wall_s, self.clock)
+
+    def close(self) -> None:
+        """Release what the trainer holds without running (a start-up cut short): its envs; the async trainer
+        also its workers and the run dir.
+        """
+        self.close_envs()
 
     def close_envs(self) -> None:
         """Close every env built so far (safe to call twice: VecEnv.close is)."""
@@ -314,6 +349,7 @@ class Trainer:
             "utd_ratio_realised": self.updates_issued / max(self.learning_env_steps, 1),
             "updates_per_vector_step": self.config.env.num_envs * self.utd_ratio,
             "skipped_updates": self.agent.num_skipped_updates,
+            "nonfinite_dropped": self.nonfinite_dropped,
             **{k: round(v, 3) for k, v in rates.items()},
             **{f"time_{part}_s": round(s, 3) for part, s in self.time_s.items()},
         }
@@ -335,8 +371,15 @@ class Trainer:
             "last_eval_return": self.last_eval_return,
             "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
+            "nonfinite_dropped": self.nonfinite_dropped,
             "work_owed": self.work_owed(),
         }
+
+    def stopping(self) -> str:
+        """What a stop (Ctrl-C, SIGTERM) leaves, as the signal's line says it: a run with no env step yet has
+        nothing to resume, and ``python -m mbpo train`` removes its run dir.
+        """
+        return "no env step taken yet: nothing to checkpoint" if self.env_steps == 0 else "writing a final checkpoint"
 
     def work_owed(self) -> bool:
         """Work the env steps taken have earned but not had (updates, a model fit, an evaluation): a resume
@@ -364,6 +407,7 @@ class Trainer:
         self.last_eval_return = t["last_eval_return"]
         self.last_eval_env_steps = t.get("last_eval_env_steps")
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
+        self.nonfinite_dropped = int(t.get("nonfinite_dropped", 0))  # 0 in checkpoints that predate it
         self.agent.load_state_dict(state["agent"])
         load_replay_state(self.buffer, state["buffer"])
         if self.model is not None:

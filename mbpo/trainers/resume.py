@@ -4,6 +4,7 @@ the config it resumes with (only run length and cadence may change).
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,14 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     (a shorter ``total_env_steps`` than already reached is refused).
     """
     run_dir, overrides = Path(run_dir), list(overrides or [])
+    known = [key for key, _, _ in describe()]
     for item in overrides:
         key = item.split("=", 1)[0]
+        if not any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in known):
+            close = difflib.get_close_matches(key, [*known, *RESUMABLE_OVERRIDES], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"unknown config key {key!r}{hint}; keys a resume may change: "
+                              f"{', '.join(RESUMABLE_OVERRIDES)}")
         if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
             raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
                               f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")

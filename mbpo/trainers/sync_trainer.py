@@ -30,7 +30,9 @@ from mbpo.config import Config
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.replay import real_transitions
 from mbpo.run.metrics import MetricsLogger
+from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.supervisor import StopOnSignals
+from mbpo.trainers.async_stop import final_checkpoint
 from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
 
 __all__ = ["SyncTrainer"]
@@ -45,8 +47,9 @@ class SyncTrainer(Trainer):
         self._n_step = n_step_builder(config.agent)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None
-        self.exit_code = 0
-        """128 + the signal that stopped the run (130 Ctrl-C, 143 SIGTERM); 0 when it ran to the end."""
+        self._env_ahead = False
+        """The env took a step that was never stored (it returned a non-finite value under nonfinite=raise): a
+        checkpoint then holds no env state, and a resume starts new episodes."""
 
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()
@@ -66,8 +69,12 @@ class SyncTrainer(Trainer):
         try:
             logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
                                              resume_at=self.env_steps or None)  # a resumed run keeps its rows
-            with StopOnSignals(stop) as signals:
-                row = self._run(logger, stop)
+            with StopOnSignals(stop, lambda: "after the step in progress; " + self.stopping()) as signals:
+                try:
+                    row = self._run(logger, stop)
+                except Exception:  # the env's or a worker's error: what came before is kept, as the async
+                    final_checkpoint(self.env_steps, self.save, announce=True)  # trainer keeps it
+                    raise
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum
             return row
@@ -149,16 +156,30 @@ class SyncTrainer(Trainer):
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         self.time_s["act"] += tock - tick
         self.time_s["env"] += time.perf_counter() - tock
-        self.agent.observe(obs)  # running obs statistics (agent.obs_norm) learn from real observations only
         done = terminated | truncated
         data = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+        try:
+            keep = screen(data, self.config.runtime.nonfinite, self.env_steps)
+        except NonFiniteEnvError:
+            self._env_ahead = True  # the env took a step the checkpoint does not hold
+            raise
+        reward_cpu = reward.cpu().double()
+        if keep is not None:  # runtime.nonfinite=drop
+            self.nonfinite_dropped += int((~keep).sum())
+            reward_cpu = torch.where(keep, reward_cpu, 0.0)
+        self.agent.observe(obs if keep is None else obs[keep.to(obs.device)])  # running obs statistics
+        # (agent.obs_norm) learn from real, finite observations only
         if self._n_step is not None:
-            data = self._n_step.push(data, truncated)
+            data = self._n_step.push(data, truncated, keep=keep)
+        elif keep is not None:
+            data = data[keep.to(data.device)]
         if data.shape[0]:
             self.buffer.extend(data)
-        self._obs = next_obs
+        self._obs, poisoned = reset_poisoned(self.env, next_obs)
         self.env_steps += self.env.num_envs
-        self._episode_return += reward.cpu().double()
+        self._episode_return += reward_cpu
+        if poisoned is not None:
+            self._episode_return[poisoned] = 0.0
         done_cpu = done.cpu()
         if bool(done_cpu.any()):
             self._recent_returns.extend(self._episode_return[done_cpu].tolist())
@@ -173,10 +194,11 @@ class SyncTrainer(Trainer):
         state = super().state_dict()
         state["trainer"] |= {
             "episode_return": self._episode_return.clone(),
-            "obs": None if self._obs is None else self._obs.cpu(),
+            "obs": None if self._obs is None or self._env_ahead else self._obs.cpu(),
             "action_generator": self._action_generator.get_state(),
+            "env_ahead": self._env_ahead,
         }
-        state["env"] = self.env.state_dict() if hasattr(self.env, "state_dict") else None
+        state["env"] = self.env.state_dict() if hasattr(self.env, "state_dict") and not self._env_ahead else None
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -188,8 +210,9 @@ class SyncTrainer(Trainer):
             self.env.load_state_dict(state["env"])
             self._obs = t["obs"].to(self.env.device)
         else:
-            warnings.warn(
-                f"{self.config.env.id} cannot save its simulator state: the resumed run starts new "
-                "episodes, so it is not bit-identical to an uninterrupted one", stacklevel=2)
+            why = ("the run stopped on an env step it did not store" if t.get("env_ahead")
+                   else f"{self.config.env.id} cannot save its simulator state")
+            warnings.warn(f"{why}: the resumed run starts new episodes, so it is not bit-identical to an "
+                          "uninterrupted one", stacklevel=2)
             self._obs = self.env.reset()
             self._episode_return.zero_()

@@ -1,4 +1,4 @@
-"""release_free_memory: the heap memory a burst of temporaries leaves behind goes back to the OS."""
+"""Memory: freed heap memory goes back to the OS, and the start-up estimate of the networks matches what is built."""
 
 from __future__ import annotations
 
@@ -27,3 +27,31 @@ def test_freed_heap_memory_leaves_the_resident_set() -> None:
     memory.release_free_memory()
     assert resident_mib() < grown - 150
     assert float(last.sum()) == 16_000
+
+
+@pytest.mark.parametrize(("overrides", "norms"), [
+    (["agent.sac.num_critics=3", "agent.sac.hidden_sizes=[16,8]", "agent.sac.critic_hidden_sizes=[24]"], 0),
+    (["agent.name=dqn", "agent.dqn.hidden_sizes=[16,8]"], 0),
+    # CrossQ: no target critics; batch renorm's scale and shift on the input and every hidden layer are not counted
+    (["agent.sac.crossq=true", "agent.sac.hidden_sizes=[16,8]"], 2 * (5 + 16 + 8) + 2 * 2 * (7 + 16 + 8)),
+])
+def test_the_network_estimate_counts_the_parameters_the_learner_builds(overrides: list[str], norms: int) -> None:
+    """The start-up memory check sizes the networks from the config alone; it must match what make_agent builds:
+    every parameter (less the norms' few) times weights, gradients and Adam's two moments, and the target networks
+    once.
+    """
+    import gymnasium as gym
+
+    from mbpo.agents import make_agent
+    from mbpo.config import load_config
+
+    config = load_config(None, overrides)
+    dqn = config.agent.name == "dqn"
+    action_space = gym.spaces.Discrete(3) if dqn else gym.spaces.Box(-1.0, 1.0, (2,))
+    agent = make_agent(config.agent, gym.spaces.Box(-1.0, 1.0, (5,)), action_space, "cpu", seed=0)
+    trained = {"q-network"} if dqn else {"actor", "critic"}
+    count = {name: sum(p.numel() for p in net.parameters()) for name, net in agent.networks.items()}
+    target = count["q-network"] if dqn else count.get("target critic", 0)
+    learner, ensemble = memory.network_bytes(config.agent, None, obs_dim=5, act_dim=3 if dqn else 2)
+    assert learner == 4 * (memory.TRAINED_COPIES * (sum(count[name] for name in trained) - norms) + target)
+    assert ensemble == 0

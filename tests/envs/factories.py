@@ -92,15 +92,22 @@ class BreaksContract(envs.VecEnv):
     tests/runtime/test_env_contract.py).
     """
 
-    BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs")
+    BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
+              "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
+              "reset_without_keywords")
+    DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
+    """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
     def __init__(self, num_envs: int, device: str, seed: int, breaks: str | None) -> None:
         if breaks is not None and breaks not in self.BREAKS:
             raise ValueError(f"breaks={breaks!r}; expected None (nothing) or one of {self.BREAKS}")
         self.pendulum = envs.make("Pendulum-v1", num_envs, device=device, seed=seed)
         self.breaks = breaks
-        self.num_envs, self.device = self.pendulum.num_envs, self.pendulum.device
-        self.observation_space, self.action_space = self.pendulum.observation_space, self.pendulum.action_space
+        self.num_envs, self.device = self.pendulum.num_envs, self.DEVICES.get(breaks or "", self.pendulum.device)
+        if breaks != "no_observation_space":
+            self.observation_space = (gym.spaces.Discrete(3) if breaks == "discrete_observation_space"
+                                      else self.pendulum.observation_space)
+        self.action_space = self.pendulum.action_space
         self.max_episode_steps = self.pendulum.max_episode_steps
 
     @property
@@ -115,7 +122,10 @@ class BreaksContract(envs.VecEnv):
         return obs[:, :2] if self.breaks == "obs_shape" else obs
 
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self._obs(self.pendulum.reset(seed=seed, env_ids=env_ids))
+        obs = self._obs(self.pendulum.reset(seed=seed, env_ids=env_ids))
+        if self.breaks == "nan_first_obs":
+            obs[0] = float("nan")
+        return obs
 
     def step(self, actions: torch.Tensor) -> envs.base.StepResult:
         obs, reward, terminated, truncated, info = self.pendulum.step(actions)
@@ -124,6 +134,14 @@ class BreaksContract(envs.VecEnv):
                 terminated.float() if self.breaks == "float_terminated" else terminated, truncated, info)
 
 
+class ResetWithoutKeywords(BreaksContract):
+    """A ``reset`` written as ``reset(self)``: no ``seed`` to seed it with, no ``env_ids`` to reset some envs."""
+
+    def reset(self) -> torch.Tensor:  # type: ignore[override]  # the break under test
+        return self.pendulum.reset()
+
+
 def breaks_contract(num_envs: int, device: str, seed: int, breaks: str) -> BreaksContract:
     """``env.factory=tests.envs.factories:breaks_contract env.kwargs.breaks=<case>``."""
-    return BreaksContract(num_envs, device, seed, breaks)
+    kind = ResetWithoutKeywords if breaks == "reset_without_keywords" else BreaksContract
+    return kind(num_envs, device, seed, breaks)

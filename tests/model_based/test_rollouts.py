@@ -14,6 +14,7 @@ from mbpo.model_based.rollouts import branched_rollouts, obs_limit_from
 from mbpo.models import DynamicsEnsemble
 from mbpo.run.metrics import read_metrics
 from mbpo.trainers import SyncTrainer
+from tests.conftest import only_learner
 from tests.trainers.test_sync_trainer import params, tiny, untimed
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,9 +27,10 @@ BATCH_SIZES = (1001, 1000, 333, 100, 17, 7, 1)
 
 def fitted(agent_name: str, learn_reward: bool = True) -> tuple[object, DynamicsEnsemble, torch.Tensor]:
     """An agent and an ensemble (learned termination head) fitted a little on random data, and its obs."""
-    cfg = load_config(None, [f"agent.name={agent_name}", "agent.sac.hidden_sizes=[32,32]",
-                             "agent.dqn.hidden_sizes=[32,32]", "agent.dqn.epsilon_start=0.3", "model.enabled=true",
-                             "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]", "model.max_epochs=3"])
+    cfg = load_config(None, only_learner([
+        f"agent.name={agent_name}", "agent.sac.hidden_sizes=[32,32]", "agent.dqn.hidden_sizes=[32,32]",
+        "agent.dqn.epsilon_start=0.3", "model.enabled=true", "model.hidden_sizes=[32,32]", "model.weight_decay=[0,0,0]",
+        "model.max_epochs=3"]))
     space = SPACES[agent_name]
     agent = make_agent(cfg.agent, OBS_SPACE, space, torch.device("cpu"), 0)
     ens = DynamicsEnsemble(cfg.model, 3, space, "cpu", seed=0, learn_termination=True, learn_reward=learn_reward)

@@ -14,6 +14,7 @@ import pytest
 from envs.faults import FaultyFactory
 from mbpo.config import Config, load_config
 from mbpo.runtime.semaphores import semaphore_files_of
+from tests.conftest import only_learner
 
 if TYPE_CHECKING:
     from mbpo.runtime.collectors import CollectorBatch
@@ -31,7 +32,7 @@ TINY = [
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Callable[..., Config]:
     def make(*overrides: str, config: str | None = None) -> Config:
-        cfg = load_config(config, [*TINY, f"run_dir={tmp_path / 'run'}", *overrides])
+        cfg = load_config(config, only_learner([*TINY, f"run_dir={tmp_path / 'run'}", *overrides], config))
         return cfg
 
     return make

@@ -19,6 +19,7 @@ from envs.faults import FaultyFactory
 from mbpo.config import load_config
 from mbpo.runtime.collectors import CollectorBatch
 from mbpo.trainers import AsyncTrainer
+from tests.conftest import only_learner
 from tests.runtime.conftest import TINY
 
 
@@ -36,8 +37,8 @@ def main(argv: list[str]) -> int:
     run_dir, rest = argv[0], argv[1:]
     faults = next((a.split("=", 1)[1].split(",") for a in rest if a.startswith("faults=")), [])
     overrides = [a for a in rest if not a.startswith("faults=")]
-    cfg = load_config(None, [*TINY, f"run_dir={run_dir}", "runtime.backend=process",
-                             f"runtime.num_collectors={max(len(faults), 2)}", *overrides])
+    cfg = load_config(None, only_learner([*TINY, f"run_dir={run_dir}", "runtime.backend=process",
+                                          f"runtime.num_collectors={max(len(faults), 2)}", *overrides]))
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=PerCollectorFaults(faults) if faults else None)
     ingest, told, handled = trainer._ingest, [], []
 

@@ -47,6 +47,21 @@ ERRORS = {
                     "float32 of shape (num_envs, obs_dim) = (2, 3) on cpu, each finished env's last observation "
                     f"before its same-step auto-reset {CONTRACT}: add it (rows of envs that did not finish are not "
                     "read: obs itself will do for them)",
+    "nan_first_obs": "reset returned obs with a non-finite value in env index 0 ([nan, nan, nan]); expected finite "
+                     f"observations: no policy can act on a NaN or inf {CONTRACT}: fix the env's reset "
+                     "(runtime.nonfinite covers the steps after it, not the first observation)",
+    "reset_without_keywords": "env.reset without the keywords seed and env_ids (its signature: reset()); expected "
+                              f"reset(seed=None, env_ids=None) {CONTRACT}: add both: seed re-seeds every env; "
+                              "env_ids resets only those envs (the trainer resets an env left in a non-finite state "
+                              "with it)",
+    "no_observation_space": f"env.observation_space missing; expected a gymnasium.spaces.Box of ONE env {CONTRACT}: "
+                            "set env.observation_space in the env's __init__",
+    "discrete_observation_space": "env.observation_space = Discrete(3); expected a gymnasium.spaces.Box of ONE env "
+                                  f"{CONTRACT}: set env.observation_space in the env's __init__ (a discrete "
+                                  "observation: one-hot encode it into a Box)",
+    "device_gpu": "env.device = 'gpu', which is no torch device; expected a torch.device or its name ('cpu', 'cuda', "
+                  f"'cuda:N'): where the env's tensors live {CONTRACT}: set env.device = torch.device(...) in the "
+                  "env's __init__",
 }
 CONVERTED = (f"[mbpo] {WHO}: the env returns obs as float64, info['final_obs'] as float64; converting to float32 at "
              "every reset and step (what the learner computes in; return float32 to save the copy)")
@@ -72,6 +87,17 @@ def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_coll
     code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], f"run_dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err
     assert (code, error_lines(err)) == (2, [f"error: {WHO}: {ERRORS[breaks]}"]), err[-3000:]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_device_in_another_spelling_is_that_device(
+        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``env.device = 'cpu:0'`` names the CPU: the run trains, as with ``'cpu'``."""
+    run_dir = f"run_dir={tmp_path / 'r'}"
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=device_cpu0", *TINY, *RUNS[run], run_dir])
+    out, err = capsys.readouterr()
+    assert code == 0 and not error_lines(err), err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["env_steps"] == 64
 
 
 @pytest.mark.parametrize("run", list(RUNS))

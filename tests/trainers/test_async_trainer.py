@@ -463,6 +463,7 @@ def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     from pathlib import Path
 
     from mbpo import cli
+    from tests.conftest import only_learner
     from tests.runtime.conftest import TINY
 
     make = envs.make
@@ -479,7 +480,7 @@ def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
 
     monkeypatch.setattr(envs, "make", make_with_ctrl_c)
     run = Path(str(tmp_path)) / "run"
-    code = cli.main(["train", "--config", "configs/pendulum_sac.yaml", *TINY, f"run_dir={run}",
+    code = cli.main(["train", "--config", "configs/pendulum_sac.yaml", *only_learner(TINY), f"run_dir={run}",
                      "total_env_steps=100000"])
     assert code == 130
     assert list((run / "checkpoints").glob("ckpt_*.pt"))

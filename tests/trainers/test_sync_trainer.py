@@ -16,18 +16,19 @@ from mbpo.run.throughput import RATE_COLUMNS
 from mbpo.trainers import SyncTrainer
 from mbpo.trainers.async_telemetry import AsyncTelemetry
 from mbpo.trainers.base import INTERVAL_COLUMNS, TIME_PARTS
+from tests.conftest import only_learner
 
 pytestmark = pytest.mark.timeout(120)
 TIMING = {"wall_s", "cpu_s", *RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)}
 
 
 def tiny(run_dir: Path, *overrides: str) -> Config:
-    return load_config(None, [
+    return load_config(None, only_learner([
         "device=cpu", f"run_dir={run_dir}", "progress=false", "total_env_steps=400", "eval_every=200",
         "eval_episodes=2", "log_every=100", "env.num_envs=2", "agent.batch_size=32", "agent.learning_starts=100",
         "agent.buffer_size=1000", "agent.sac.hidden_sizes=[32,32]", "agent.dqn.hidden_sizes=[32,32]",
         "checkpoint.every=200", *overrides,
-    ])
+    ]))
 
 
 def params(trainer: SyncTrainer) -> dict[str, torch.Tensor]:

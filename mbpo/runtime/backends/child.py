@@ -66,7 +66,8 @@ class ChildSpec:
 def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights: SharedWeights,
                    beats: torch.Tensor) -> None:
     """Entry point of the spawned process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children;
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked until now by the parent (its _launch)
     _die_with_parent(spec.trainer_pid)
     name_semaphores_after(spec.trainer_pid)
     cid, setup = spec.collector_id, spec.setup

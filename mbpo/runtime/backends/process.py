@@ -68,7 +68,8 @@ class CollectorProcessError(RuntimeError):
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
     """The parent-side exception for a child's: the same type where the supervisor decides on it."""
     where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
-    return NonFiniteEnvError(where) if type_name == "NonFiniteEnvError" else CollectorProcessError(where)
+    return NonFiniteEnvError(message, detail=where) if type_name == "NonFiniteEnvError" else \
+        CollectorProcessError(where)
 
 
 class ProcessCollector(CollectorLoop):
@@ -101,7 +102,14 @@ class ProcessCollector(CollectorLoop):
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
                                                                    b.beats),
                                      name=f"mbpo-collector-{self.collector_id}.{self.incarnation}")
-        self.process.start()
+        # Ctrl-C reaches the whole process group, children too: blocked from here, the child inherits the block
+        # through spawn's exec and only lifts it once it ignores SIGINT (collector_main), so a Ctrl-C while it
+        # imports cannot print a KeyboardInterrupt traceback; the trainer stops its children itself.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
         self._conn, self.pid = parent_end, self.process.pid
 

@@ -184,7 +184,7 @@ class RayCollector(CollectorLoop):
         cause = getattr(exc, "cause", None)
         text = str(exc)
         if isinstance(cause, NonFiniteEnvError):
-            return NonFiniteEnvError(f"{cause}\n{text}")
+            return NonFiniteEnvError(str(cause), detail=text)
         return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised:\n{text}")
 
 
