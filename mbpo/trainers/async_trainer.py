@@ -250,6 +250,8 @@ class AsyncTrainer(Trainer):
         self._periodic_steps = self.env_steps if self._cadence_env_steps is None else self._cadence_env_steps
         self.telemetry = AsyncTelemetry()  # its columns are per interval, from this run's start
         self._waiting_for_owed_rollouts = self.model is not None and self.model.rollouts_owed
+        if self.stop_event.is_set():  # stopped before it began (Ctrl-C during start-up): no worker is started,
+            return  # so no env step is taken after it
         self._started = True
         self.pool.start()
         if self.model_worker is not None:
