@@ -16,6 +16,8 @@ from mbpo.run.metrics import read_metrics
 
 imageio = pytest.importorskip("imageio.v3", reason="the video extra is not installed (pip install -e '.[video]')")
 pytestmark = pytest.mark.timeout(120)
+MP4 = pytest.mark.skipif(importlib.util.find_spec("imageio_ffmpeg") is None,
+                         reason="imageio-ffmpeg, the video extra's MP4 writer, is not installed")
 
 COMMON = ["device=cpu", "progress=false", "total_env_steps=200", "eval_every=100", "eval_episodes=2", "log_every=100",
           "agent.learning_starts=50", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]", "checkpoint.every=100"]
@@ -39,6 +41,7 @@ def assert_films_point_mass(path: Path, episodes: int = 1) -> None:
     assert frames[0].std() > 0 and not np.array_equal(frames[0], np.full_like(frames[0], frames[0].flat[0]))
 
 
+@MP4
 @pytest.mark.parametrize("trainer", [
     ["trainer=sync"],
     ["trainer=async"],
@@ -55,6 +58,7 @@ def test_train_keeps_a_video_of_each_evaluation(tmp_path: Path, capsys: pytest.C
         assert_films_point_mass(run / "videos" / f"eval_{s}.mp4")  # the first env's episode
 
 
+@MP4
 def test_no_videos_by_default_and_a_resume_can_turn_them_on(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
@@ -96,13 +100,15 @@ def test_a_missing_video_extra_is_one_line_naming_it(tmp_path: Path, monkeypatch
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "imageio" else find_spec(name, *a))
+                        lambda name, *a: None if name in ("imageio", "imageio_ffmpeg") else find_spec(name, *a))
     assert cli.main(["eval", "--checkpoint", "no-such.pt", "--video", str(tmp_path / "a.mp4")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: writing a .mp4 video needs imageio, which is not installed; install the video extra: "
+    assert err == ("error: writing a .mp4 video needs imageio and imageio-ffmpeg, which are not installed; "
+                   "install the video extra: "
                    'pip install -e ".[video]"')
 
 
+@MP4
 def test_eval_video_with_an_env_that_cannot_render_stops_at_start_up(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"

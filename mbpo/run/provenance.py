@@ -51,11 +51,15 @@ def code_version(root: Path = _ROOT) -> dict[str, Any]:
 
 
 def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
-    """``{distribution: version}``; None for one that is not installed."""
+    """``{distribution: version}``; None for one that is not installed. torch's is ``torch.__version__``, which
+    names its build (``+cu130``, ``+cpu``): an image's own torch can carry a bare version in its metadata.
+    """
+    import torch
+
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in (*PACKAGES, *extra):
         try:
-            versions[name] = metadata.version(name)
+            versions[name] = torch.__version__ if name == "torch" else metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
