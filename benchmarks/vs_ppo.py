@@ -17,7 +17,16 @@ at 1,024 envs (threshold -200) and mjlab Cartpole-Balance at 256 (threshold 45; 
 Prints one JSON line, writes ``vs_ppo_<env>.png`` (wall-clock against env steps, log-log) to ``--out``.
 On a GPU machine: ``--device cuda --num-envs 4096``.
 
-    python benchmarks/vs_ppo.py [--env pendulum] [--minutes 6] [--stay 3] [--seed 0] [--out DIR]
+``--sim-cost-us C`` (default 0) makes every learner's training env cost what a slower simulator would: each
+vector step waits ``C x num_envs`` microseconds inside ``env.step`` (``envs.sim_cost``: sleep, then a spin for
+the last 0.3 ms), so it counts as env time in each learner's breakdown. PPO's env is wrapped in-process; ours
+build it from ``env.factory=envs.sim_cost:slowed`` (its ``env.id`` becomes a label such as
+``SimCost100us-Pendulum-v1``, and an MBPO run is handed the known termination rule that label would lose), so
+every backend's collectors step the same slowed env. Evaluation envs are not slowed (evaluation is not
+training time). The JSON gives ``sim_cost_us`` and, per learner, ``crossover_us``: the cost above which it
+reaches the threshold in less wall-clock than PPO, from this run's curves (:func:`crossover_us` has the model).
+
+    python benchmarks/vs_ppo.py [--env pendulum] [--minutes 6] [--stay 3] [--seed 0] [--sim-cost-us 0] [--out DIR]
 """
 
 from __future__ import annotations
@@ -47,7 +56,11 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 import envs  # noqa: E402
 from envs.adapters.rsl_rl_export import ppo_train_cfg  # noqa: E402
+from envs.sim_cost import EXPECTED_COST, SimCostEnv, check_cost_us  # noqa: E402
 from mbpo.agents.base import Agent  # noqa: E402
+from mbpo.config import load_config  # noqa: E402
+from mbpo.config.callables import load_callable  # noqa: E402
+from mbpo.models.termination import known_termination  # noqa: E402
 from mbpo.run.evaluation import evaluate  # noqa: E402
 
 EVAL_EPISODES = 50
@@ -149,7 +162,7 @@ def run_ppo(task: Task, args: argparse.Namespace) -> Curve:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    env = envs.make(task.env_id, args.num_envs or task.num_envs, device=args.device, seed=args.seed)
+    env = ppo_env(task, args)
     eval_env = envs.make(task.env_id, EVAL_EPISODES, device=args.device, seed=args.seed + 1)
     exported = envs.to_rsl_rl(env)
     runner = OnPolicyRunner(exported, ppo_train_cfg(), log_dir=None, device=args.device)
@@ -177,14 +190,54 @@ def run_ppo(task: Task, args: argparse.Namespace) -> Curve:
     return curve
 
 
-def run_ours(task: Task, name: str, args: argparse.Namespace, run_root: Path) -> Curve:
+def ppo_env(task: Task, args: argparse.Namespace) -> envs.VecEnv:
+    """PPO's training env: the native one, slowed by ``--sim-cost-us`` where it is above 0."""
+    env = envs.make(task.env_id, args.num_envs or task.num_envs, device=args.device, seed=args.seed)
+    return SimCostEnv(env, args.sim_cost_us) if args.sim_cost_us else env
+
+
+def learner_overrides(task: Task, name: str, args: argparse.Namespace) -> list[str]:
+    """The command-line overrides of our learner ``name``: its own, the scale's ``--num-envs``, and the slowed
+    env of ``--sim-cost-us`` (:func:`sim_cost_overrides`).
+    """
     config, overrides = task.configs[name]
+    own = [*overrides, *([f"env.num_envs={args.num_envs}"] if name.endswith("_scale") and args.num_envs else [])]
+    return [*own, *sim_cost_overrides(ROOT / "configs" / config, own, args.sim_cost_us)]
+
+
+def sim_cost_overrides(config_path: Path, overrides: list[str], cost_us: float) -> list[str]:
+    """Overrides that build the run's training env through ``envs.sim_cost:slowed`` at ``cost_us`` (none at 0).
+
+    With ``env.factory``, ``env.id`` is only a label, which must not name a built-in env; so the run would lose
+    the termination rule known for the real id (``mbpo.models.termination``) and learn one instead. An MBPO
+    run is handed that rule by name (``model.termination``), so it learns what it learns without the cost.
+    """
+    if not cost_us:
+        return []
+    cfg = load_config(config_path, overrides)
+    env = cfg.env
+    if env.factory is not None:
+        raise ValueError(f"{config_path.name} builds its env with env.factory={env.factory!r}; --sim-cost-us wraps "
+                         "built-in env ids only")
+    kwargs = {"env_id": env.id, "cost_us": cost_us, "source": env.source, "only_num_envs": env.num_envs}
+    out = [f"env.id=SimCost{cost_us:g}us-{env.id}", "env.factory=envs.sim_cost:slowed", "env.source=auto",
+           *(f"env.kwargs.{k}={v}" for k, v in kwargs.items())]
+    known = known_termination(env.id)
+    if cfg.model.enabled and cfg.model.termination is None and not cfg.model.learned_termination and known:
+        path = f"{known.__module__}:{known.__qualname__}"
+        if "<" in path or load_callable(path, "model.termination") is not known:
+            raise ValueError(f"the known termination rule for {env.id} ({path}) cannot be named; a slowed run "
+                             "would learn one instead")
+        out.append(f"model.termination={path}")
+    return out
+
+
+def run_ours(task: Task, name: str, args: argparse.Namespace, run_root: Path) -> Curve:
+    config = task.configs[name][0]
     run_dir = run_root / name
-    scale = name.endswith("_scale")
     cmd = [sys.executable, "-m", "mbpo", "train", "--config", str(ROOT / "configs" / config), f"run_dir={run_dir}",
            f"seed={args.seed}", f"device={args.device}", "progress=false", f"eval_episodes={EVAL_EPISODES}",
-           "checkpoint.every=100000000", *overrides,
-           *([f"env.num_envs={args.num_envs}"] if scale and args.num_envs else [])]
+           "checkpoint.every=100000000", *learner_overrides(task, name, args)]
     log = run_root / f"{name}.stderr"  # a file, not a pipe: a chatty env cannot fill a pipe and stall the run
     with open(log, "w") as stderr:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -266,6 +319,44 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def crossover_us(learner: dict[str, Any], ppo: dict[str, Any], cost_us: float) -> float | str | None:
+    """The simulator cost (µs per env transition) above which ``learner`` reaches the threshold in less
+    wall-clock than PPO, from one run of each at ``cost_us`` (both :meth:`Curve.summary` dicts).
+
+    The model: a learner that reached the threshold in n env steps and t training seconds at cost C (µs) needs
+    t + (C' - C) n / 1e6 seconds at cost C', as a change of cost changes the time of every env step and nothing
+    else. That holds where env steps do not overlap other work (PPO, the sync trainer). An async trainer's
+    collectors step while its learner updates, so part of a dearer sim hides behind the learner and the model
+    overstates its wall-clock above C (its C* is then an upper bound): rerun with ``--sim-cost-us`` near C* to
+    check. The two lines cross at C* = C + 1e6 (t_L - t_PPO) / (n_PPO - n_L). Returns:
+
+    * C*, rounded to 0.1 µs, where the learner takes fewer env steps and C* > 0 (C* < C is a line extended
+      below the measured cost, as valid as one extended above it);
+    * ``"always"`` where it is faster at every cost >= 0 (C* <= 0, or the same env steps in less time);
+    * ``"never"`` where no cost is high enough: it takes at least PPO's env steps (and is not always faster);
+    * None where either did not reach the threshold.
+    """
+    if not (learner["reached"] and ppo["reached"]):
+        return None
+    n_l, t_l = learner["env_steps_to_threshold"], learner["train_s_to_threshold"]
+    n_ppo, t_ppo = ppo["env_steps_to_threshold"], ppo["train_s_to_threshold"]
+    if n_l == n_ppo:
+        return "always" if t_l < t_ppo else "never"
+    if n_l > n_ppo:
+        return "never"
+    crossing = cost_us + (t_l - t_ppo) * 1e6 / (n_ppo - n_l)
+    return "always" if crossing <= 0 else round(crossing, 1)
+
+
+def parse_cost_us(text: str) -> float:
+    """``--sim-cost-us``'s value; one ``error:`` line and exit 2 where it is not a finite number >= 0."""
+    try:
+        return check_cost_us(float(text))
+    except ValueError:
+        print(f"error: --sim-cost-us {text!r} is not allowed; expected {EXPECTED_COST}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 TARGETS = {"mbpo_scale": {"env_steps_vs_ppo": 0.01, "train_s_vs_ppo": 5.0},
            "sac_scale": {"env_steps_vs_ppo": 0.1, "train_s_vs_ppo": 3.0}}
 
@@ -281,10 +372,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--num-envs", type=int, default=None, help="envs for PPO and the scale configs")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for PPO (ours: their configs')")
+    parser.add_argument("--sim-cost-us", default="0", help="microseconds added per env transition to every "
+                                                               "learner's training env (a slower simulator)")
     parser.add_argument("--out", type=Path, default=Path.cwd(), help="where the charts go")
     args = parser.parse_args()
+    args.sim_cost_us = parse_cost_us(args.sim_cost_us)
     started = time.perf_counter()
     report: dict[str, Any] = {"benchmark": "vs_ppo", "device": args.device, "seed": args.seed,
+                              "sim_cost_us": args.sim_cost_us,
                               "minutes_per_learner": args.minutes, "stay": args.stay, "eval_episodes": EVAL_EPISODES,
                               "cpu_count": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
                               "torch": torch.__version__}
@@ -305,6 +400,8 @@ def main() -> None:
                                  "threshold": task.threshold, "results": results, "chart": str(chart_path)}
         if "ppo" in results:
             entry["vs_ppo"] = ratios(results)
+            entry["crossover_us"] = {name: crossover_us(r, results["ppo"], args.sim_cost_us)
+                                     for name, r in results.items() if name != "ppo"}
             entry["targets"] = TARGETS
             entry["targets_met"] = {
                 name: {k: (entry["vs_ppo"][name][k] is not None and entry["vs_ppo"][name][k] <= bound)
