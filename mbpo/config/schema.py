@@ -264,6 +264,20 @@ class ModelConfig:
     """The task's reward for model rollouts, 'package.module:callable': batched (obs, action, next_obs) ->
     float (B,) on the run's device; the ensemble then learns no reward. null = the env's own reward_fn if it
     defines one, else the ensemble learns the reward."""
+    rollout_start_window: int = 0
+    """Branches start from the newest this-many real transitions (summed over num_envs); 0 = from all real data,
+    as MBPO. At thousands of envs a vector step is a whole state distribution of the current policy, and a
+    buffer of millions of rows is mostly older policies' states: starting there spends model steps on states the
+    policy no longer visits (the on-policy start distribution of Dyna-style rollouts; Sutton 1990; MBPO's own
+    argument for short branches from the visited states, Janner et al. 2019, sec. 4.2)."""
+    max_lag: int = 1
+    """Model trainings that may be owed while collection (and so the learner) goes on, async trainer: 1 = the
+    paper's rule with one training in flight (collectors wait for the model beyond it). Above 1 the model may fall
+    that many trainings behind, and each fit, which trains on every real row so far, counts for all the trainings
+    the rows it fits on earned (model_trainings_folded): at thousands of envs a vector step earns a training
+    faster than a fit ends, and a learner stopped for the model wastes the device. The bound is on staleness:
+    the model data the learner samples comes from a model at most max_lag trainings old. The sync trainer fits
+    after every vector step that earns a training, so it never lags."""
     rollout_batch_size: int = 100_000
     """Branches stepped through the policy and the ensemble at a time (MBPO's code starts 100,000 per rollout):
     bounds the rollouts' activations whatever rollouts_per_real x train_freq is (on CPU a forward takes at most

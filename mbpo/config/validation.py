@@ -126,6 +126,8 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.real_ratio": (0, 1, True),
     "model.rollout_keep_fraction": (0, 1, False),
     "model.rollout_batch_size": (1, None, True),
+    "model.rollout_start_window": (0, None, True),
+    "model.max_lag": (1, None, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
     "runtime.num_collectors": (1, None, True),

@@ -119,6 +119,8 @@ class ModelBased:
         self.rollout_len = rollout_length(config.rollout_schedule, 0)
         self.model_buffer = ModelBuffer(self._capacity(self.rollout_len), device)
         self.trainings = 0
+        self.trainings_folded = 0
+        """Owed trainings a fit counted for beside its own (model.max_lag above 1, async trainer)."""
         self.rollouts_started = 0
         self.nonfinite_branches = 0
         self.budget_start = budget_start(config.train_freq, learning_starts)
@@ -167,7 +169,7 @@ class ModelBased:
         data = real[: len(real)]
         self.train(data, after, should_stop=should_stop, fresh=self.fresh_rows(real))
         if not self.fit_pending:
-            self.rollout(data, after, policy)
+            self.rollout(data, after, policy, self.start_rows(real))
         return True
 
     @property
@@ -187,6 +189,13 @@ class ModelBased:
         """
         self._rows_at_copy = rows_written(real)
         return newest_indices(real, min(self._rows_at_copy - self.last_train_rows, MAX_HEALTH_ROWS))
+
+    def start_rows(self, real: ReplayBuffer) -> torch.Tensor | None:
+        """Indices (into ``real[: len(real)]``) of the rows branches may start from: the newest
+        ``model.rollout_start_window``, or None for all of them (MBPO); call it where the copy of ``real`` is taken.
+        """
+        window = self.config.rollout_start_window
+        return newest_indices(real, window) if 0 < window < len(real) else None
 
     def train(self, data: TensorDict, env_steps: int, should_stop: Callable[[], bool] | None = None,
               fresh: torch.Tensor | None = None) -> None:
@@ -234,9 +243,11 @@ class ModelBased:
             "real_termination_rate": float(rows[TERMINATED].float().mean()), "model_health_rows": int(fresh.numel()),
         }
 
-    def rollout(self, data: TensorDict, env_steps: int, policy: RolloutPolicy) -> None:
-        """Branched rollouts from states of the real ``data``: ``rollouts_per_real`` per real transition
-        since the last call, ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
+    def rollout(self, data: TensorDict, env_steps: int, policy: RolloutPolicy,
+                starts: torch.Tensor | None = None) -> None:
+        """Branched rollouts from states of the real ``data`` (uniformly from the rows ``starts`` indexes, or from
+        all; :meth:`start_rows`): ``rollouts_per_real`` per real transition since the last call,
+        ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
         """
         num_starts = int(self.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
         with self.lock:
@@ -246,7 +257,10 @@ class ModelBased:
         if num_starts <= 0:
             self.last_rollout_env_steps = env_steps
             return
-        idx = torch.randint(data.shape[0], (num_starts,), generator=self.generator, device=self.device)
+        pool = data.shape[0] if starts is None else starts.numel()
+        idx = torch.randint(pool, (num_starts,), generator=self.generator, device=self.device)
+        if starts is not None:
+            idx = starts.to(self.device)[idx]
         if self.debug:
             check_indices(idx, data.shape[0], "rollout start states")
             check_indices(torch.as_tensor(self.ensemble.elites), self.ensemble.ensemble_size, "elite indices")
@@ -337,6 +351,7 @@ class ModelBased:
             "model_fit_epochs": fit.get("epochs"),
             "model_fit_stopped_by": fit.get("stopped_by"),
             "model_trainings": self.trainings,
+            "model_trainings_folded": self.trainings_folded,
             **{f"model_fits_{k}" if k == "capped" else f"model_{k}": v for k, v in self.fit_counts.items()},
             **self.health,
             # the last training's rollouts: steps reached per branch, how branches ended, and the
@@ -358,7 +373,8 @@ class ModelBased:
             "model_buffer": self.model_buffer.state_dict(),
             "generator": self.generator.get_state(),
             "batch_generator": self.batch_generator.get_state(),
-            "counters": {"trainings": self.trainings, "rollouts_started": self.rollouts_started,
+            "counters": {"trainings": self.trainings, "trainings_folded": self.trainings_folded,
+                         "rollouts_started": self.rollouts_started,
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps,
                          "last_train_env_steps": self.last_train_env_steps, "last_train_rows": self.last_train_rows,

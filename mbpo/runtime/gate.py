@@ -6,8 +6,9 @@ Asynchronously, nothing forces them, so collectors ask :meth:`RatioGate.reserve`
 before each batch and wait while the learner's update backlog is larger than
 ``tolerance`` of the data so far, capped at ``max_lead`` transitions (so the
 lead, and the age of the policy that collects, does not grow with the run;
-at least one batch, so the run can always move), or while more than one model
-training is owed (one may be in flight while collection goes on). The learner
+at least one batch, so the run can always move), or while more than
+``model.max_lag`` model trainings are owed (by default one, which may be in
+flight while collection goes on). The learner
 never runs ahead either: it only issues the updates ingested data has earned.
 """
 
@@ -36,6 +37,7 @@ class RatioGate:
         tolerance: float,
         min_lead: int,
         max_lead: int = 0,
+        max_lag: int = 1,
     ) -> None:
         self.total_env_steps = total_env_steps
         self.num_envs = num_envs
@@ -46,6 +48,8 @@ class RatioGate:
         self.min_lead = min_lead
         self.max_lead = max_lead
         """Absolute cap on the lead (runtime.max_lead); 0 = only the relative ``tolerance`` bound."""
+        self.max_lag = max_lag
+        """Model trainings that may be owed while collection goes on (model.max_lag)."""
         self.model_start = 0 if train_freq is None else budget_start(train_freq, learning_starts)
         """Where model trainings count from (a resumed run takes its model's, ``ModelBased.budget_start``)."""
         self.reserved = 0
@@ -86,6 +90,15 @@ class RatioGate:
         return trainings_earned(self.ingested if ingested is None else ingested, self.train_freq, self.model_start,
                                 self.num_envs)
 
+    def trainings_covered(self, env_steps: int) -> int:
+        """Trainings a fit on the first ``env_steps`` real transitions counts for: one, or with ``max_lag`` above
+        1 every training those transitions earned that is not done yet (the fit trains on all of them).
+        """
+        with self._cond:
+            if self.max_lag <= 1:
+                return 1
+            return max(self.trainings_earned(env_steps) - self.trainings, 1)
+
     def trainings_due(self) -> int:
         with self._cond:
             return self.trainings_earned() - self.trainings
@@ -108,8 +121,8 @@ class RatioGate:
         behind = max(self.reserved + request - self.discarded - self.lead(), 0)
         if self.updates < self.updates_earned(behind):
             return "learner"
-        if self.trainings < self.trainings_earned(behind) - 1:
-            return "model"  # one training may be in flight while collection goes on: that is the overlap
+        if self.trainings < self.trainings_earned(behind) - self.max_lag:
+            return "model"  # max_lag trainings (one by default) may be owed while collection goes on: the overlap
         return None
 
     # -- collectors ------------------------------------------------------------------

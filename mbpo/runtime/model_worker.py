@@ -72,10 +72,12 @@ class ModelWorker(ThreadWorker):
                     env_steps = self.gate.ingested if fit else self.model.last_train_env_steps
                     data = self.real[: len(self.real)].clone()
                     fresh = self.model.fresh_rows(self.real)
+                    starts = self.model.start_rows(self.real)
                     self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
                 if fit and data.shape[0] < 2:
                     self.gate.add(trainings=1)
                     return
+                covered = self.gate.trainings_covered(env_steps) if fit else 0
                 if fit:
                     self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
                 if self.stop.is_set():  # a stopping run needs no rollouts: its resume makes them first (after
@@ -86,9 +88,10 @@ class ModelWorker(ThreadWorker):
                     self.policy_version = latest.version
                 # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
                 # publish buffer_ready for the learner's next sample.
-                self.model.rollout(data, env_steps, self.rollout_agent)
+                self.model.rollout(data, env_steps, self.rollout_agent, starts)
             finally:
                 self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
         self.busy_s += time.perf_counter() - start
         if fit:
-            self.gate.add(trainings=1)
+            self.model.trainings_folded += covered - 1
+            self.gate.add(trainings=covered)

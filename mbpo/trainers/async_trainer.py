@@ -77,7 +77,7 @@ class AsyncTrainer(Trainer):
         self.gate = RatioGate(
             config.total_env_steps, n, config.agent.learning_starts, updates_per_transition(config),
             config.model.train_freq if self.model is not None else None, rt.ratio_tolerance,
-            min_lead=steps_per_batch * n, max_lead=rt.max_lead)
+            min_lead=steps_per_batch * n, max_lead=rt.max_lead, max_lag=config.model.max_lag)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
             DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
         self.setup = CollectorSetup(acting_config(config.agent), self.env.observation_space, self.env.action_space, n,
@@ -239,7 +239,7 @@ class AsyncTrainer(Trainer):
         if self.model is not None:
             g.model_start = self.model.budget_start  # from the checkpoint's model, which may predate today's rule
             # at most what the data earned: a checkpoint from before the one-per-vector-step rule counted more
-            g.trainings = min(self.model.trainings, g.trainings_earned())
+            g.trainings = min(self.model.trainings + self.model.trainings_folded, g.trainings_earned())
 
     def _start(self) -> None:
         self._gate_from_counters()

@@ -297,3 +297,27 @@ def test_trainings_and_the_schedule_count_from_learning_starts_and_old_checkpoin
     again = make()
     again.load_state_dict(mb.state_dict())
     assert (again.budget_start, again.clock_start) == (4750, 5000)
+
+
+@pytest.mark.parametrize("window", [0, 30])
+def test_branches_start_from_the_newest_rows_of_the_start_window(window: int) -> None:
+    """model.rollout_start_window=30: every branch starts from one of the 30 newest real rows, also once the
+    ring has wrapped (rows 120-149 of 150 written to 100 slots sit at slots 20-49); 0 starts from all rows.
+    """
+    cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[8]", "model.weight_decay=[0,0]",
+                             "model.rollouts_per_real=4", "model.train_freq=50",
+                             "model.max_epochs=1", f"model.rollout_start_window={window}"]).model
+    env = envs.make("Pendulum-v1", 1)
+    mb = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    real = make_replay_buffer(100, "cpu", torch.Generator().manual_seed(0))
+    rows = torch.arange(150, dtype=torch.float32)
+    obs = torch.stack((rows, torch.zeros(150), torch.zeros(150)), 1)  # each row names itself in obs[:, 0]
+    real.extend(transitions(obs, torch.zeros(150, 1), torch.zeros(150), obs, torch.zeros(150, dtype=torch.bool)))
+    mb.train(real[: len(real)], 50)  # a fitted normaliser: the untrained ensemble's steps are finite
+    mb.rollout(real[: len(real)], 50, UniformPolicy(-2.0, 2.0), mb.start_rows(real))
+    started = mb.model_buffer.newest(len(mb.model_buffer))["obs"][:, 0]  # rollout length 1: each row a start
+    assert started.numel() > 100  # of 4 x 50 branches (some leave the data's obs bounds and are not stored)
+    if window:
+        assert int(started.min()) >= 120 and len(set(started.tolist())) > 20  # the window, and most of it
+    else:
+        assert int(started.min()) < 100 and int(started.max()) >= 120  # old rows and new ones alike

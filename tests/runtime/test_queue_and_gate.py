@@ -161,3 +161,25 @@ def test_weight_store_versions_and_rejects_device_tensors() -> None:
     meta = torch.zeros(2, device="meta")
     with pytest.raises(HandoffError, match="CPU tensors only"):
         store.publish({"actor": {"w": meta}})
+
+
+def test_with_max_lag_collection_goes_on_while_that_many_trainings_are_owed_and_a_fit_counts_for_them() -> None:
+    """model.max_lag=3: the learner is not stopped for a slow model until three trainings are owed; the fit that
+    then ends trained on all the rows so far, so it counts for every training they earned.
+    """
+    gate, stop = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0, total_env_steps=1000, max_lag=3), \
+        threading.Event()
+    for first in range(0, 200, 50):
+        assert gate.reserve(50, stop) == (first, 50)  # one, two, three trainings owed: collection goes on
+        gate.add(ingested=50)
+    assert gate.trainings_due() == 4 and gate.reserve(50, stop, stop.set)[1] == 0  # four owed: wait
+    stop.clear()
+    assert gate.trainings_covered(200) == 4  # a fit on the first 200 transitions does the four
+    gate.add(trainings=gate.trainings_covered(200))
+    assert gate.trainings_due() == 0 and gate.reserve(50, stop) == (200, 50)
+
+
+def test_by_default_a_fit_counts_for_one_training() -> None:
+    gate = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0)
+    gate.add(ingested=150)
+    assert gate.trainings_due() == 3 and gate.trainings_covered(150) == 1  # the paper's rule: one fit, one training

@@ -200,6 +200,35 @@ def test_async_mbpo_overlaps_the_model_thread_and_tags_rollouts(tiny_config: Cal
         assert bool(torch.isfinite(trainer.buffer[: len(trainer.buffer)][key]).all())
 
 
+def test_with_max_lag_the_learner_goes_on_past_a_slow_fit_and_the_next_fit_counts_for_the_owed_trainings(
+        tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
+    """model.max_lag=3: the second fit is held until four trainings are earned (a model slower than collection);
+    collection and updates go on meanwhile (by default the gate would stop them one training sooner), and the
+    next fit, which trains on every row so far, counts for every training owed when it copied the rows. The run
+    still ends with every training it earned done.
+    """
+    cfg = tiny_config(*MODEL, f"runtime.backend={backend}", "model.max_lag=3")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    assert trainer.model is not None
+    model, gate, fit = trainer.model, trainer.gate, trainer.model.train
+    updates: list[int] = []
+
+    def slow_second_fit(*args: object, **kwargs: object) -> None:
+        if model.trainings == 1:  # not the first: the learner waits for the first model, as the SyncTrainer does
+            updates.append(gate.updates)
+            while not gate.wait_for(lambda: gate.trainings_earned() >= 4, trainer.stop_event):
+                assert not trainer.stop_event.is_set()
+            updates.append(gate.updates)
+        fit(*args, **kwargs)  # type: ignore[arg-type]
+
+    model.train = slow_second_fit  # type: ignore[method-assign]
+    row = trainer.run()
+    assert len(updates) == 2 and updates[1] > updates[0]  # the learner went on while the model was behind
+    assert model.trainings_folded >= 1 and row["model_trainings_folded"] == model.trainings_folded
+    assert model.trainings + model.trainings_folded == gate.trainings == gate.trainings_earned()
+    assert len(model.model_buffer) > 0 and row["skipped_updates"] == 0
+
+
 def test_a_crossq_learner_without_target_critics_trains_async_mbpo_on_every_backend(
         tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
     """CrossQ's snapshot has no target critic: it must publish to collectors (shared memory for processes) and
