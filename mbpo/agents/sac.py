@@ -30,6 +30,8 @@ bookkeeping:
 * **Observation normalisation** (``obs_norm=True``): running statistics inside
   the actor (:class:`~mbpo.agents.networks.RunningObsNorm`), fed by
   :meth:`SAC.observe`; the critics see the same normalised observations.
+* **Resets** (``reset_every``): the networks re-drawn every so many updates, the buffers kept (Nikishin et
+  al. 2022; D'Oro et al. 2023): :meth:`SAC.reset_networks` says what is reset and why.
 * Actions: the actor works in ``[-1, 1]``; ``act()`` maps to the env's Box
   bounds and ``update()`` maps the buffer's env-scale actions back.
 """
@@ -61,6 +63,8 @@ from mbpo.device.state import cpu_copy
 __all__ = ["SAC", "UpdateMetrics", "METRIC_NAMES"]
 
 _SNAPSHOT_KEYS = ("actor", "critic", "target_critic", "log_alpha", "num_updates")
+_INIT_LOCK = threading.Lock()
+"""Held while an agent's networks are drawn from torch's (process-global) CPU generator: see SAC._build_networks."""
 _ACTOR_SIDE = [name in ACTOR_METRICS for name in METRIC_NAMES]
 
 
@@ -116,13 +120,8 @@ class SAC:
         self._scale = self._scale_cpu.to(self.device)
         self._bias = self._bias_cpu.to(self.device)
 
-        # Seed the init locally (CPU generator only) so building an agent never moves any global RNG.
-        renorm = {"warmup": config.renorm_warmup} if config.crossq else None
-        with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(seed)
-            actor = TanhGaussianActor(self.obs_dim, self.act_dim, config.hidden_sizes, obs_norm=obs_norm,
-                                      batch_renorm=renorm, weight_init=config.weight_init)
-            self.critics = Critics(config, self.obs_dim + self.act_dim, self.device, renorm)
+        self._seed, self._obs_norm = seed, obs_norm
+        actor, self.critics = self._build_networks(seed, self.device)
         self._replica = copy.deepcopy(actor).requires_grad_(False).eval()  # CPU acting copy
         self.actor = actor.to(self.device).train()
         self._snapshot_keys = tuple(k for k in _SNAPSHOT_KEYS if k != "target_critic" or not config.crossq)
@@ -147,7 +146,9 @@ class SAC:
         self._metric_acc = torch.zeros(len(METRIC_NAMES) + 3, device=self.device)
         self._counts_host: tuple[int, int] | None = (0, 0)
         self._calls = 0
-        """update() calls so far (applied + skipped, known on the host): the policy delay's clock."""
+        """update() calls so far (applied + skipped, known on the host): the policy delay's clock, and the resets'."""
+        self._resets = 0
+        """Resets of the networks so far (agent.sac.reset_every): :meth:`reset_networks`."""
         self._actor_side = torch.tensor(_ACTOR_SIDE, device=self.device)
         # Bumped by every update() / load; the replica refreshes when it differs (no sync needed).
         self._weights_version = 0
@@ -176,6 +177,22 @@ class SAC:
         self._counts.copy_(torch.tensor([applied, skipped], dtype=torch.int64))
         self._counts_host = (applied, skipped)
         self._calls = applied + skipped
+
+    def _build_networks(self, seed: int, device: torch.device) -> tuple[TanhGaussianActor, Critics]:
+        """The actor (on CPU) and the critics (on ``device``) as ``seed`` draws them: construction and every reset
+        build them here, so a reset initialises exactly as construction does (weight_init, LayerNorm, batch
+        renorm, num_critics, the fp32 output layer). The draw comes from torch's CPU generator, seeded and
+        restored around it (so building never moves the global RNG), under a lock (agents built in other
+        threads, a collector's, seed it too).
+        """
+        c = self.config
+        renorm = {"warmup": c.renorm_warmup} if c.crossq else None
+        with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            actor = TanhGaussianActor(self.obs_dim, self.act_dim, c.hidden_sizes, obs_norm=self._obs_norm,
+                                      batch_renorm=renorm, weight_init=c.weight_init)
+            critics = Critics(c, self.obs_dim + self.act_dim, device, renorm)
+        return actor, critics
 
     def _make_optimizers(self) -> None:
         """Fresh Adam states (fused kernels: fast, and they honour ``found_inf`` without a host sync)."""
@@ -333,6 +350,9 @@ class SAC:
         (``(n_updates + 1 + i) % policy_delay == 0``), DroQ's agent.py (the policy after the critic loop of
         its env step). On the first of each block the actor would follow critics k - 1 updates staler, and
         at the start of a run critics that have not been trained at all.
+
+        With ``reset_every`` R, the update after number k * R (the same clock) first resets the networks
+        (:meth:`reset_networks`).
         """
         obs, action, reward, next_obs, terminated = self._check_batch(batch)
         discount = batch[DISCOUNT] if DISCOUNT in batch.keys() else self.config.gamma  # gamma**m for m-step rows
@@ -340,6 +360,8 @@ class SAC:
             self.actor.train()
             self.critic.train()
         action = (action - self._bias) / self._scale  # env bounds -> [-1, 1], the actor's space
+        if self.config.reset_every and self._calls // self.config.reset_every > self._resets:
+            self.reset_networks()  # due since update number k * reset_every: now, before the next update
         update_actor = (self._calls + 1) % self.config.policy_delay == 0  # the last of its block: see above
         self._calls += 1
         draws = self._draws(obs.shape[0], update_actor)
@@ -378,6 +400,63 @@ class SAC:
             self._metric_acc.add_(torch.cat((torch.where(kept, values, 0.0), applied.float(), actor_applied)))
         return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
 
+    @property
+    def num_resets(self) -> int:
+        """Resets of the networks so far (agent.sac.reset_every); saved in :meth:`state_dict`."""
+        return self._resets
+
+    @torch.no_grad()
+    def reset_networks(self) -> None:
+        """Re-draw the networks, keep everything else (buffers, counters, the update's generator, obs statistics):
+        agent.sac.reset_every calls it from :meth:`update`.
+
+        What the references reset, and so what this does:
+
+        * Nikishin et al. 2022, "The Primacy Bias in Deep Reinforcement Learning" (ICML), code
+          evgenii-nikishin/rl_with_resets: state-based SAC (``train_dense.py``, the ``--resets`` branch) builds a
+          whole new ``SACLearner`` from seed ``seed + step``: actor, critics, target critics (a copy of the new
+          critics), temperature and every optimizer state. Pixel DrQ (``train_pixels.py``) keeps the shared
+          encoder and its optimizer statistics and renews the rest, temperature included; their SPR
+          (``discrete_control/configs/SPR_with_resets.gin``) re-draws only the Q head ("the last layers").
+        * D'Oro et al. 2023, "Sample-Efficient Reinforcement Learning by Breaking the Replay Ratio Barrier"
+          (ICLR; SR-SAC), code proceduralia/high_replay_ratio_continuous_control: ``SACLearner.reset()`` re-runs
+          the initialiser: actor, critics, target critics, temperature and their optimizer states, once more than
+          ``reset_interval`` agent updates passed since the last (``train_parallel.py``), the replay buffer kept.
+
+        So ``reset_layers=all`` re-draws every parameter (and batch-renorm statistic) of the actor and critics,
+        ``last`` the output layer of the actor and of each critic (a partial reset, as SPR's head). Either way the
+        target critics' reset part is copied from the new critics, ``log_alpha`` goes back to ``log(init_alpha)``
+        (both references renew the temperature), and the Adam state (moments and step count) of every reset
+        parameter and of alpha is dropped, so it starts as a new optimizer's. The draw is construction's
+        (:meth:`_build_networks`) from ``derive(seed, "reset", k)`` for the k-th reset
+        (Nikishin's new seed per reset; SR-SAC re-uses its initial seeds), so a resumed run re-draws exactly
+        what an unbroken one does. The observation statistics (agent.obs_norm) describe the kept data and stay.
+        Tensors are overwritten in place, so a compiled update (agent.compile) keeps its graphs.
+        """
+        self._resets += 1
+        actor, critics = self._build_networks(derive(self._seed, "reset", self._resets), torch.device("cpu"))
+        if self.config.reset_layers == "last":
+            actor_keys = {f"net.{len(actor.net) - 1}.{p}" for p in ("weight", "bias")}
+            critic_keys = {f"layers.{len(critics.net.layers) - 1}.{p}" for p in ("weight", "bias")}
+        else:
+            actor_keys = {k for k in actor.state_dict() if not k.startswith("obs_norm.")}
+            critic_keys = set(critics.net.state_dict())
+        new_actor = {k: v for k, v in actor.state_dict().items() if k in actor_keys}
+        new_critic = {k: v for k, v in critics.net.state_dict().items() if k in critic_keys}
+        with self._weights_lock:
+            self.actor.load_state_dict(new_actor, strict=False)  # copies into the existing tensors
+            self.critic.load_state_dict(new_critic, strict=False)
+            if self.target_critic is not None:
+                self.target_critic.load_state_dict(new_critic, strict=False)
+            self.log_alpha.fill_(math.log(self.config.init_alpha))
+            for optim, module, keys in ((self.actor_optim, self.actor, actor_keys),
+                                        (self.critic_optim, self.critic, critic_keys)):
+                for name, param in module.named_parameters():
+                    if name in keys:
+                        optim.state.pop(param, None)
+            self.alpha_optim.state.pop(self.log_alpha, None)
+            self._weights_version += 1
+
     def _clip(self, params: list[torch.Tensor]) -> torch.Tensor:
         """Total grad norm before clipping; clips in place to ``max_grad_norm`` unless it is 0 (no sync either way)."""
         if self.config.max_grad_norm > 0:
@@ -386,7 +465,8 @@ class SAC:
 
     def pop_metrics(self) -> dict[str, float]:
         """Means of the metrics over the updates applied since the last call, plus ``updates``/``skipped``
-        counts; one host sync. Empty means (no applied update) are NaN.
+        counts (and ``resets``, the run's total, when agent.sac.reset_every is set); one host sync. Empty means
+        (no applied update) are NaN.
         """
         acc = self._metric_acc.tolist()
         self._metric_acc.zero_()
@@ -395,7 +475,8 @@ class SAC:
         for name, v in zip(METRIC_NAMES, acc, strict=False):
             n = actor_applied if name in ACTOR_METRICS else applied
             means[name] = v / n if n else float("nan")
-        return {**means, "updates": int(applied), "skipped": int(skipped)}
+        resets = {"resets": self._resets} if self.config.reset_every else {}  # the run's total, as skipped_updates
+        return {**means, "updates": int(applied), "skipped": int(skipped), **resets}
 
     # --- state ----------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -419,6 +500,8 @@ class SAC:
             self.log_alpha.copy_(torch.as_tensor(snapshot["log_alpha"]))
             self._make_optimizers()
             self._set_counts(int(snapshot["num_updates"]), self.num_skipped_updates)
+            # A snapshot carries no reset count: the resets its updates passed count as done (none owed at once).
+            self._resets = self._calls // self.config.reset_every if self.config.reset_every else 0
             self._weights_version += 1
         self.actor.train()
         self.critic.train()
@@ -434,6 +517,7 @@ class SAC:
             "generator": self.generator.get_state(),
             "act_generator": self.act_generator.get_state(),
             "metric_acc": cpu_copy(self._metric_acc),
+            "num_resets": self._resets,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -445,6 +529,7 @@ class SAC:
         self.generator.set_state(state["generator"])
         self.act_generator.set_state(state["act_generator"])
         self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
+        self._resets = int(state.get("num_resets", 0))  # 0 in checkpoints that predate resets
         acc = torch.as_tensor(state["metric_acc"])
         if acc.numel() == self._metric_acc.numel() - 1:  # written before the actor's own count: every update was one
             acc = torch.cat((acc, acc[-2:-1]))

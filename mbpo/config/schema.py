@@ -118,6 +118,16 @@ class SACConfig:
     device computes it natively (CUDA 8.0+, a CPU with AVX512-BF16 or AMX), else fp32. Resolved once at start-up,
     printed, and stored resolved in the run's config.yaml. Under bf16 the critics' output layer, the TD target and
     the losses stay fp32."""
+    reset_every: int = 0
+    """Re-draw the actor and critics every this many gradient updates (update() calls, the policy_delay's clock),
+    keeping the replay and model buffers: Nikishin et al. 2022 (primacy bias), D'Oro et al. 2023 (SR-SAC). The
+    networks are initialised as at construction (from a seed of the run's and the reset's index), the targets
+    re-copied, alpha set back to init_alpha, and the Adam moments of what was reset dropped; the reset comes just
+    before the next update, so an evaluation at that step still sees the trained agent. 0 = never."""
+    reset_layers: str = "all"
+    """What a reset re-draws: all (every layer: both references' state-based SAC) or last (the output layer of the
+    actor and of each critic: a partial reset, as Nikishin et al.'s SPR re-draws its head); alpha is reset either
+    way."""
 
 
 @dataclass

@@ -34,6 +34,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "agent.sac.precision": ("fp32", "bf16", "auto"),
     "agent.sac.actor_q": ("min", "mean"),
     "agent.sac.weight_init": ("default", "xavier", "lecun"),
+    "agent.sac.reset_layers": ("all", "last"),
     "model.precision": ("fp32", "bf16", "auto"),
     "model.fit_baseline": ("new_fit", "pre_fit"),
     "trainer": ("async", "sync"),
@@ -100,6 +101,7 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "agent.sac.policy_delay": (1, None, True),
     "agent.sac.adam_beta1": (0, 1, True),
     "agent.sac.alpha_adam_beta1": (0, 1, True),
+    "agent.sac.reset_every": (0, None, True),
     "agent.dqn.lr": (0, None, False),
     "agent.dqn.gamma": (0, 1, True),
     "agent.dqn.target_update_interval": (1, None, True),
@@ -281,6 +283,9 @@ def _check_critic(config: Config) -> None:
     if sac.crossq and sac.tau is not None:
         raise ConfigError(f"agent.sac.tau={sac.tau} with agent.sac.crossq=true: CrossQ has no target critics to "
                           "update; leave agent.sac.tau unset (null)")
+    if sac.reset_layers != "all" and sac.reset_every == 0:
+        raise ConfigError(f"agent.sac.reset_layers={sac.reset_layers} with agent.sac.reset_every=0: no reset happens; "
+                          "set agent.sac.reset_every to the updates between resets, or drop reset_layers")
 
 
 _PASSED_TO_FACTORY = {"num_envs": "env.num_envs", "device": "env.device (or device)", "seed": "the run's seed"}

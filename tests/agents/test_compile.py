@@ -66,6 +66,15 @@ def test_compiled_critic_options_equal_eager(sac: dict[str, object]) -> None:
     assert_same_updates(eager, compiled, "cpu", updates=4, tol=1e-4)  # fused renorm reductions reorder sums
 
 
+def test_a_compiled_learner_resets_as_the_eager_one_does() -> None:
+    """agent.sac.reset_every with agent.compile: a reset overwrites the weights in place (and drops Adam state,
+    which the compiled losses never see), so the compiled update goes on with the same numbers as eager.
+    """
+    eager, compiled = pair("cpu", reset_every=2)
+    assert_same_updates(eager, compiled, "cpu", updates=5, tol=1e-5)
+    assert compiled.num_resets == eager.num_resets == 2
+
+
 def test_many_compiled_agents_in_one_process_share_one_graph() -> None:
     """More agents than dynamo's recompile limit (8): each must reuse the graph, not recompile per agent
     (with fullgraph=True a ninth recompile is a hard error).
@@ -77,8 +86,10 @@ def test_many_compiled_agents_in_one_process_share_one_graph() -> None:
 
 
 @pytest.mark.gpu
-def test_compiled_update_with_cuda_graphs_equals_eager(cuda_device: str) -> None:
-    eager, compiled = pair(cuda_device)
+@pytest.mark.parametrize("reset_every", [0, 2], ids=["no-resets", "resets"])
+def test_compiled_update_with_cuda_graphs_equals_eager(cuda_device: str, reset_every: int) -> None:
+    """With resets too: CUDA graphs read the weights at fixed addresses, which a reset overwrites in place."""
+    eager, compiled = pair(cuda_device, reset_every=reset_every)
     assert_same_updates(eager, compiled, cuda_device, updates=5, tol=1e-4)  # TF32 / kernel order on a GPU
 
 

@@ -244,6 +244,33 @@ def test_a_crossq_learner_without_target_critics_trains_async_mbpo_on_every_back
     assert all(bool(torch.isfinite(t).all()) for t in trainer.agent.snapshot()["critic"].values())
 
 
+def test_resets_on_the_async_learner_are_counted_and_reach_the_collectors_and_the_model_thread(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """agent.sac.reset_every: the learner re-draws its networks inside its updates; the next publication carries
+    them to the collectors and to the model thread's rollouts, as any update's weights, and the rows count them.
+    """
+    cfg = tiny_config(*MODEL, "agent.sac.reset_every=50")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    seen: list[CollectorBatch] = []
+    snapshot_batches(trainer, seen)
+    published: list[tuple[int, int]] = []  # (version, resets made before it)
+    publish = trainer.weights.publish
+
+    def spy(snapshot: dict[str, object]) -> int:
+        version = publish(snapshot)
+        published.append((version, trainer.agent.num_resets))  # type: ignore[attr-defined]
+        return version
+
+    trainer.weights.publish = spy  # type: ignore[method-assign]  # a spy in place of the bound method
+    row = trainer.run()
+    resets = trainer.agent.num_resets  # type: ignore[attr-defined]
+    assert resets == (trainer.updates_issued - 1) // 50 >= 5 and row["resets"] == resets
+    first_after = min(version for version, made in published if made >= 1)
+    assert max(made for _, made in published) == resets  # a publication followed the last reset
+    assert max(b.policy_version for b in seen) >= first_after  # collectors acted with re-drawn weights
+    assert row["rollout_policy_version"] >= first_after and row["skipped_updates"] == 0
+
+
 def test_a_finished_run_waits_for_the_last_model_training_it_earned(tiny_config: Callable[..., Config],
                                                                      thread_baseline: int) -> None:
     """The SyncTrainer trains at its last step; the async run must not end (and cut that fit short) while

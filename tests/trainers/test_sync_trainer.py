@@ -98,6 +98,9 @@ VARIANTS["sac-redq-droq"] = (*VARIANTS["sac"], "agent.sac.num_critics=4", "agent
                              "agent.sac.actor_q=mean", "agent.sac.dropout=0.05", "agent.sac.layer_norm=true",
                              "agent.sac.policy_delay=2")
 """The critic options (mbpo.agents.sac_loss), with and without the model, bf16 where the CPU has it."""
+VARIANTS["sac-resets"] = (*VARIANTS["sac"], "agent.sac.reset_every=101")
+"""Resets (agent.sac.reset_every): the half run of test_resume_is_exact stops at 202 updates, a multiple of 101,
+with that reset still owed to the next update, so the resume must make it as the unbroken run does."""
 
 
 def tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -131,6 +134,10 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
     if variant == "mbpo":
         assert any(k.startswith(".model.ensemble") for k in a) and any(k.startswith(".model.model_buffer") for k in a)
     assert untimed(read_metrics(tmp_path / "full/metrics.csv")) == untimed(read_metrics(tmp_path / "half/metrics.csv"))
+    if variant == "sac-resets":  # resets before updates 102, 203, 304, 405; the one owed at 202 by the resume
+        assert (half.agent._calls, half.agent.num_resets) == (202, 1)  # type: ignore[attr-defined]
+        assert resumed.agent.num_resets == full.agent.num_resets == 4  # type: ignore[attr-defined]
+        assert [r["resets"] for r in read_metrics(tmp_path / "full/metrics.csv")] == ["0", "1", "1", "2", "3", "4"]
 
 
 @pytest.mark.reliability
