@@ -263,6 +263,22 @@ class ModelConfig:
     Below 1, every elite predicts every branch (num_elites times the rollouts' model FLOPs), and a branch lives
     h steps with probability keep_fraction^h (M2AC's code rolls masked branches on, unstored; here they end).
     M2AC used 0.5 for one-step rollouts. For a model that is unsure in places (docs/notes/walker2d-target.md)."""
+    macura: bool = False
+    """MACURA (Frauenknecht et al. 2024, ICML, "Trust the Model Where It Trusts Itself"; the authors' code:
+    github.com/Data-Science-in-Mechanical-Engineering/macura): each branch goes on while the elites' disagreement on
+    its step (their pairwise geometric Jensen-Shannon divergence) stays below a threshold set from the first step's
+    (macura_quantile, macura_scale, macura_history), and ends unstored at the first step where it does not; the
+    rollout_schedule's length is then the longest a branch may get (theirs: 10, e.g. rollout_schedule=[0,0,10,10]).
+    Every elite predicts every branch (num_elites times the rollouts' model FLOPs). Not with rollout_keep_fraction
+    < 1. rollout_masked_frac counts the branches it ended, rollout_uncertainty_threshold the threshold."""
+    macura_quantile: float = 0.95
+    """MACURA's zeta / 100: the quantile of the first step's uncertainties that sets the threshold (the authors'
+    Hopper 0.90, Walker2d 0.95)."""
+    macura_scale: float = 2.0
+    """MACURA's xi: the threshold is this times that quantile (the authors' default 2; Hopper 30, Walker2d 0.3)."""
+    macura_history: int = 2000
+    """MACURA's threshold is the mean of the last this-many rollouts' (scaled quantiles), the current one included
+    (the authors' unc_tresh_run_avg_history; 1 = each rollout's own)."""
     learned_termination: bool = False
     """Learn a termination head even where a termination rule exists (the env's termination_fn or a known
     rule for env.id); not with model.termination."""
@@ -280,6 +296,13 @@ class ModelConfig:
     buffer of millions of rows is mostly older policies' states: starting there spends model steps on states the
     policy no longer visits (the on-policy start distribution of Dyna-style rollouts; Sutton 1990; MBPO's own
     argument for short branches from the visited states, Janner et al. 2019, sec. 4.2)."""
+    rollout_n_step: int = 1
+    """Model rollouts are stored as n-step transitions (mbpo.model_based.multi_step): each step's reward summed with
+    the next n-1 of its branch, discounted, bootstrapping from the state n steps on (fewer where the branch ends;
+    none after a termination). 1 = MBPO's 1-step model transitions. The branches are on-policy, so their n-step
+    returns are unbiased under the model: model-based value expansion (MVE, Feinberg et al. 2018; STEVE, Buckman
+    et al. 2018) inside MBPO's rollouts. Needs SAC (its update reads each row's discount) and branches at least
+    this long (rollout_schedule) to look that far."""
     max_lag: int = 1
     """Model trainings that may be owed while collection (and so the learner) goes on, async trainer: 1 = the
     paper's rule with one training in flight (collectors wait for the model beyond it). Above 1 the model may fall

@@ -127,9 +127,13 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.retain_epochs": (1, None, True),
     "model.real_ratio": (0, 1, True),
     "model.rollout_keep_fraction": (0, 1, False),
+    "model.macura_quantile": (0, 1, True),
+    "model.macura_scale": (0, None, False),
+    "model.macura_history": (1, None, True),
     "model.rollout_batch_size": (1, None, True),
     "model.rollout_start_window": (0, None, True),
     "model.max_lag": (1, None, True),
+    "model.rollout_n_step": (1, 100, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
     "runtime.num_collectors": (1, None, True),
@@ -200,6 +204,10 @@ def validate(config: Config) -> None:
                               f"{what} budget; set one of the two (the other is null)")
     _check_learner_keys(config)
     _check_critic(config)
+    if config.model.enabled and config.model.rollout_n_step > 1 and config.agent.name != "sac":
+        raise ConfigError(f"model.rollout_n_step={config.model.rollout_n_step} with agent.name="
+                          f"{config.agent.name}: n-step model transitions need SAC, whose update reads each row's "
+                          "discount; use model.rollout_n_step=1 or agent.name=sac")
     if config.agent.n_step > 1 and config.model.enabled:
         raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
                           "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
@@ -225,6 +233,8 @@ def validate(config: Config) -> None:
     if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
         raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "
                           "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
+    if m.enabled and m.macura:
+        _check_macura(config)
     for key in ("agent.sac.hidden_sizes", "agent.sac.critic_hidden_sizes", "agent.dqn.hidden_sizes",
                 "model.hidden_sizes"):
         sizes = _get(config, key)
@@ -233,6 +243,22 @@ def validate(config: Config) -> None:
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
     _check_budgets(config)
+
+
+def _check_macura(config: Config) -> None:
+    """model.macura=true: the keys that contradict it (one line each)."""
+    m = config.model
+    if m.rollout_keep_fraction < 1:
+        raise ConfigError(f"model.macura=true and model.rollout_keep_fraction={m.rollout_keep_fraction} both end "
+                          "branches by the elites' disagreement (MACURA's threshold, M2AC's fraction); set one of "
+                          "the two: rollout_keep_fraction=1.0 or macura=false")
+    if m.num_elites < 2:
+        raise ConfigError(f"model.macura=true measures how much the elites disagree, which needs "
+                          f"model.num_elites >= 2 (it is {m.num_elites}); raise num_elites or set macura=false")
+    if max(m.rollout_schedule[2:]) < 2:
+        raise ConfigError(f"model.macura=true adapts each branch's length up to model.rollout_schedule's, which is "
+                          f"1 throughout ({m.rollout_schedule!r}); give it a longer length, e.g. "
+                          "rollout_schedule=[0,0,10,10] (the MACURA paper's 10), or set macura=false")
 
 
 def learner_keys() -> dict[str, tuple[str, Any]]:

@@ -28,6 +28,7 @@ from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.config.seeding import derive
 from mbpo.data.replay import (
     ACTION,
+    DISCOUNT,
     NEXT_OBS,
     NEXT_OBS_VALID,
     OBS,
@@ -44,7 +45,15 @@ from mbpo.device.checks import check_indices, check_transitions
 from mbpo.device.memory import release_free_memory
 from mbpo.errors import MbpoError
 from mbpo.model_based.health import OPEN_LOOP_HORIZONS, ensemble_step, one_step_errors, open_loop_errors
-from mbpo.model_based.rollouts import RolloutPolicy, RolloutStats, branched_rollouts, obs_limit_from, rollout_length
+from mbpo.model_based.multi_step import NStepBranches
+from mbpo.model_based.rollouts import (
+    RolloutPolicy,
+    RolloutStats,
+    UncertaintyThreshold,
+    branched_rollouts,
+    obs_limit_from,
+    rollout_length,
+)
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.rules import check_rules, model_rules
 
@@ -93,8 +102,11 @@ class ModelBased:
         learning_starts: int = 0,
         env: object | None = None,
         num_envs: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         self.config = config
+        self.gamma = gamma
+        """The learner's discount: model.rollout_n_step > 1 discounts the rewards of its n-step model transitions."""
         self.num_envs = num_envs
         """Transitions per vector step: at most one training per vector step (:func:`trainings_earned`)."""
         self.clock_start = learning_starts
@@ -143,6 +155,8 @@ class ModelBased:
         self.health: dict[str, float] = {}
         """The last measurement of :mod:`mbpo.model_based.health` on the rows that were new to the ensemble."""
         self.last_rollout: RolloutStats | None = None
+        self.uncertainty_borders: list[float] = []
+        """model.macura: the borders of the last ``macura_history - 1`` rollouts, which its threshold averages."""
         self.lock = threading.Lock()
         """Guards the model buffer: the async model thread writes it while the learner samples it."""
         self.buffer_ready: torch.cuda.Event | None = None
@@ -264,11 +278,26 @@ class ModelBased:
         if self.debug:
             check_indices(idx, data.shape[0], "rollout start states")
             check_indices(torch.as_tensor(self.ensemble.elites), self.ensemble.ensemble_size, "elite indices")
+        c = self.config
+        earlier = c.macura_history - 1  # MACURA's threshold: the mean of this border and the earlier ones
+        past = self.uncertainty_borders[-earlier:] if earlier else []
+        n_step = None
+        if c.rollout_n_step > 1:  # each step's rows go through the n-step windows into the model buffer
+            action_shape = self.action_space.shape or ()
+            n_step = NStepBranches(c.rollout_n_step, self.gamma, num_starts, self.obs_dim,
+                                   int(action_shape[0]) if action_shape else 0, self._store, self.device,
+                                   data[ACTION].dtype)
         _, stats = branched_rollouts(
             data[OBS][idx], self.rollout_len, policy, self.ensemble, self.termination, obs_limit_from(data[OBS]),
-            self.generator, reward=self.reward, batch_size=self.config.rollout_batch_size, sink=self._store,
-            deterministic=self.config.deterministic_rollouts, keep_fraction=self.config.rollout_keep_fraction,
+            self.generator, reward=self.reward, batch_size=c.rollout_batch_size,
+            sink=self._store if n_step is None else n_step.step, branch_ids=n_step is not None,
+            deterministic=c.deterministic_rollouts, keep_fraction=c.rollout_keep_fraction,
+            uncertainty=UncertaintyThreshold(c.macura_quantile, c.macura_scale, tuple(past)) if c.macura else None,
         )
+        if n_step is not None:
+            n_step.close()
+        if stats.uncertainty_border is not None and earlier:
+            self.uncertainty_borders = [*past, stats.uncertainty_border][-earlier:]
         # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run
         # sees the previous pair, not the new steps over the old count.
         self.rollouts_started, self.last_rollout_env_steps = self.rollouts_started + stats.started, env_steps
@@ -325,11 +354,14 @@ class ModelBased:
                 return sample_batches(real, batch_size, count, self.debug)
             n_real = int(batch_size * self.config.real_ratio + 1e-9)  # rounded down, as the paper (256 x 0.05 = 12)
             model = self.model_buffer.sample(count * (batch_size - n_real), self.batch_generator)
-        model = model.select(*TRANSITION_KEYS).reshape(count, batch_size - n_real)
+        keys = (*TRANSITION_KEYS, DISCOUNT) if DISCOUNT in model.keys() else TRANSITION_KEYS  # n-step model rows
+        model = model.select(*keys).reshape(count, batch_size - n_real)
         if n_real == 0:
             return model.unbind(0)
-        real_part = sample_real(real, count * n_real, self.debug).select(*TRANSITION_KEYS).reshape(count, n_real)
-        return torch.cat((real_part, model), 1).unbind(0)
+        real_part = sample_real(real, count * n_real, self.debug).select(*TRANSITION_KEYS)
+        if DISCOUNT in keys:  # real rows are 1-step: their discount is gamma
+            real_part[DISCOUNT] = torch.full((count * n_real,), self.gamma, device=real_part.device)
+        return torch.cat((real_part.reshape(count, n_real), model), 1).unbind(0)
 
     # -- reporting and state ----------------------------------------------------------
     def metrics(self, env_steps: int) -> dict[str, Any]:
@@ -360,6 +392,8 @@ class ModelBased:
             "rollout_terminated_frac": None if roll is None else roll.terminated / started,
             "rollout_nonfinite_frac": None if roll is None else roll.nonfinite / started,
             "rollout_masked_frac": None if roll is None else roll.masked / started,
+            "rollout_uncertainty_threshold": None if roll is None else roll.uncertainty_threshold,
+            "rollout_uncertainty_border": None if roll is None else roll.uncertainty_border,
             "rollout_termination_rate": None if roll is None else roll.terminated / max(roll.stored, 1),
         }
 
@@ -380,6 +414,7 @@ class ModelBased:
                          "last_train_env_steps": self.last_train_env_steps, "last_train_rows": self.last_train_rows,
                          "fit_counts": dict(self.fit_counts),
                          "fit_pending": self.fit_pending,
+                         "uncertainty_borders": list(self.uncertainty_borders),
                          "budget_start": self.budget_start, "clock_start": self.clock_start,
                          "health": dict(self.health),
                          "last_rollout": None if self.last_rollout is None else dataclasses.asdict(self.last_rollout)},

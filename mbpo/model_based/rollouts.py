@@ -9,11 +9,14 @@ mbpo.models.rules), or when the model predicts a non-finite or absurdly large
 state or reward: that transition is dropped, counted, and never reaches the
 model buffer. A given reward rule replaces the ensemble's reward. With ``keep_fraction`` below 1 (M2AC's
 masking), each step keeps only that fraction of its live branches, those whose step the elites are surest
-of; the others end there, unstored.
+of; the others end there, unstored. With an :class:`UncertaintyThreshold` (MACURA), a branch goes on while
+the elites' disagreement on its step stays below a threshold set from the first step's, and ends unstored
+at the first step where it does not.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,10 +25,13 @@ import torch
 from tensordict import TensorDict
 
 from mbpo.data.replay import MODEL_VERSION, transitions
+from mbpo.model_based.multi_step import BRANCH
 from mbpo.models.ensemble import ROW_QUANTUM
 from mbpo.models.rules import RuleFn
+from mbpo.models.sampling import ScoreFn, pairwise_gjs
 
-__all__ = ["rollout_length", "branched_rollouts", "RolloutStats", "RolloutPolicy", "obs_limit_from", "rollout_bytes"]
+__all__ = ["rollout_length", "branched_rollouts", "RolloutStats", "RolloutPolicy", "UncertaintyThreshold",
+           "obs_limit_from", "rollout_bytes"]
 
 CPU_POLICY_ROWS = 2048
 """Rows per policy forward in a rollout on CPU, as the ensemble's ``_CPU_ROW_BLOCK``: the activations stay in
@@ -45,7 +51,7 @@ class EnsembleLike(Protocol):
 
     def sample_scored(
         self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
-        deterministic: bool = False,
+        deterministic: bool = False, measure: ScoreFn | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]: ...
 
 
@@ -72,7 +78,33 @@ class RolloutStats:
     length: int
     """Rollout length used (steps per branch at most)."""
     masked: int = 0
-    """Branches ended because the elites were less sure of their step than of the kept ones (keep_fraction)."""
+    """Branches ended, unstored, for the elites' disagreement on their step: less sure than the kept ones
+    (keep_fraction), or at or above MACURA's threshold (:class:`UncertaintyThreshold`)."""
+    uncertainty_border: float | None = None
+    """MACURA: this rollout's ``scale`` times the ``quantile`` of its first step's uncertainties (None: off, or
+    no live branch at the first step)."""
+    uncertainty_threshold: float | None = None
+    """MACURA: the threshold the branches' uncertainties were held below (None: off, or no live first step)."""
+
+
+@dataclass(frozen=True)
+class UncertaintyThreshold:
+    """MACURA's rule for where a branch ends (Frauenknecht, Eisele, Subhasish, Solowjow, Trimpe 2024, ICML,
+    "Trust the Model Where It Trusts Itself: Model-Based Actor-Critic with Uncertainty-Aware Rollout Adaption";
+    the authors' code: github.com/Data-Science-in-Mechanical-Engineering/macura, mbrl/algorithms/macura.py,
+    ``rollout_model_and_populate_sac_buffer``). Each step's uncertainty is :func:`pairwise_gjs`. The border of a
+    rollout is ``scale`` (their xi) times the ``quantile`` (their zeta / 100) of its first step's uncertainties
+    (numpy's linear quantile, over the branches not dropped as absurd); the threshold is the mean of that
+    border and ``past``, the borders of the rollouts before it (their running mean over
+    ``unc_tresh_run_avg_history`` rollouts). A branch's step is stored, and the branch goes on, while its
+    uncertainty is below the threshold (strictly, as theirs); at the first step where it is not, the branch
+    ends there unstored: the first step included. Deviation: the elites draw each step and measure the
+    disagreement; theirs draw and measure with all members of the ensemble (7, of which 5 elites).
+    """
+
+    quantile: float
+    scale: float
+    past: tuple[float, ...] = ()
 
 
 def rollout_length(schedule: list[int], epoch: float) -> int:
@@ -118,6 +150,8 @@ def branched_rollouts(
     sink: Callable[[TensorDict], None] | None = None,
     deterministic: bool = False,
     keep_fraction: float = 1.0,
+    uncertainty: UncertaintyThreshold | None = None,
+    branch_ids: bool = False,
 ) -> tuple[TensorDict, RolloutStats]:
     """Roll ``length`` model steps from every row of ``start_obs``; return the kept transitions.
 
@@ -139,10 +173,23 @@ def branched_rollouts(
     :func:`mbpo.models.sampling.one_vs_rest_kl`) are stored and go on; the rest end, counted in ``masked``.
     Every elite then predicts every branch. (M2AC's own code rolls masked branches on, unstored; here a step
     the model is unsure of seeds no further steps.)
+
+    ``uncertainty`` (MACURA; :class:`UncertaintyThreshold`): ``length`` is then the longest a branch may get;
+    a branch ends, unstored and counted in ``masked``, at its first step whose :func:`pairwise_gjs` is not
+    below the threshold set at the first step (two more host syncs there). Every elite predicts every branch,
+    and a branch's elite and noise are those of the plain path, as with ``keep_fraction``.
+
+    ``branch_ids``: each transition carries its branch (its row of ``start_obs``) under
+    :data:`mbpo.model_based.multi_step.BRANCH`, for a sink that follows branches (n-step model transitions).
     """
+    if keep_fraction < 1.0 and uncertainty is not None:
+        raise ValueError("keep_fraction < 1 (M2AC) and an uncertainty threshold (MACURA) both end branches by the "
+                         "elites' disagreement; pass one of the two")
     obs = start_obs
     pieces: list[TensorDict] = []
     stats = RolloutStats(started=start_obs.shape[0], stored=0, nonfinite=0, terminated=0, length=length)
+    threshold: float | None = None
+    branch = torch.arange(start_obs.shape[0], device=start_obs.device) if branch_ids else None
     for _ in range(length):
         if obs.shape[0] == 0:
             break
@@ -151,6 +198,9 @@ def branched_rollouts(
         if keep_fraction < 1.0:
             next_obs, model_reward, term_logit, score = ensemble.sample_scored(obs, action, generator, batch_size,
                                                                                deterministic)
+        elif uncertainty is not None:
+            next_obs, model_reward, term_logit, score = ensemble.sample_scored(
+                obs, action, generator, batch_size, deterministic, measure=pairwise_gjs)
         else:
             next_obs, model_reward, term_logit = ensemble.sample(obs, action, generator, batch_size, deterministic)
         step_reward = reward(obs, action, next_obs) if reward is not None else model_reward
@@ -164,15 +214,28 @@ def branched_rollouts(
             raise ValueError("no termination function and no learned termination head: cannot end branches")
         bad = (~torch.isfinite(next_obs).all(-1) | ~torch.isfinite(step_reward)
                | (next_obs.abs() > obs_limit).any(-1))
-        keep = ~bad
-        if score is not None:
+        keep, unsure = ~bad, None
+        if score is not None and uncertainty is None:
             keep, n_masked = _most_certain(score, keep, keep_fraction)  # the step's other host sync
             stats.masked += n_masked
+        elif score is not None and uncertainty is not None:
+            if threshold is None:  # the first step sets the threshold: its other host syncs
+                border = uncertainty.scale * _quantile(score[keep], uncertainty.quantile)
+                threshold = (border + sum(uncertainty.past)) / (len(uncertainty.past) + 1)
+                if not math.isnan(border):
+                    stats.uncertainty_border, stats.uncertainty_threshold = border, threshold
+            unsure = keep & ~(score < threshold)  # a NaN score is unsure
+            keep = keep & ~unsure
         terminated = terminated & keep
-        n_bad, n_term = (int(x) for x in torch.stack((bad.sum(), terminated.sum())).tolist())
+        counts = [bad.sum(), terminated.sum()] + ([] if unsure is None else [unsure.sum()])
+        n_bad, n_term, *n_unsure = (int(x) for x in torch.stack(counts).tolist())
         stats.nonfinite, stats.terminated = stats.nonfinite + n_bad, stats.terminated + n_term
+        stats.masked += sum(n_unsure)
         step = transitions(obs, action, step_reward, next_obs, terminated)[keep]
         step[MODEL_VERSION] = torch.full((step.shape[0],), ensemble.version, dtype=torch.int64, device=obs.device)
+        if branch is not None:
+            step[BRANCH] = branch[keep]
+            branch = branch[keep & ~terminated]
         stats.stored += step.shape[0]
         if sink is not None:
             sink(step)
@@ -194,6 +257,22 @@ def _most_certain(score: torch.Tensor, live: torch.Tensor, keep_fraction: float)
     trusted = torch.zeros_like(live)
     trusted[alive[ranked]] = True
     return trusted, alive.shape[0] - n
+
+
+def _quantile(x: torch.Tensor, q: float) -> float:
+    """The ``q``-quantile of the 1-D ``x`` by numpy's default (linear) rule, as MACURA's ``np.percentile``; a
+    NaN ranks as +inf; NaN for an empty ``x``. By k-th values: ``torch.quantile`` refuses over 2**24 elements.
+    """
+    n = x.numel()
+    if n == 0:
+        return math.nan
+    x = torch.where(torch.isnan(x), math.inf, x)
+    position = q * (n - 1)
+    low = min(int(position), n - 1)
+    high = min(low + 1, n - 1)
+    a, b = torch.stack((x.kthvalue(low + 1).values, x.kthvalue(high + 1).values)).double().tolist()
+    frac = position - low
+    return a if frac == 0 or a == b else a + frac * (b - a)
 
 
 def _act(policy: RolloutPolicy, obs: torch.Tensor, noise: torch.Tensor, batch_size: int | None) -> torch.Tensor:

@@ -32,7 +32,7 @@ from mbpo.device.precision import resolve_precision
 from mbpo.device.state import cpu_copy
 from mbpo.models.losses import WeightDecay, mean_per_member
 from mbpo.models.normalizer import Normalizer
-from mbpo.models.sampling import ROW_QUANTUM, sample_step, sample_step_scored
+from mbpo.models.sampling import ROW_QUANTUM, ScoreFn, sample_step, sample_step_scored
 from mbpo.models.training import fit_data, fit_ensemble, select_elites
 
 __all__ = ["DynamicsEnsemble", "Prediction", "ROW_QUANTUM"]
@@ -330,10 +330,10 @@ class DynamicsEnsemble(nn.Module):
 
     def sample_scored(
         self, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator, batch_size: int | None = None,
-        deterministic: bool = False,
+        deterministic: bool = False, measure: ScoreFn | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """:meth:`sample` and each row's uncertainty: :func:`mbpo.models.sampling.sample_step_scored`."""
-        return sample_step_scored(self, obs, action, generator, batch_size, deterministic)
+        return sample_step_scored(self, obs, action, generator, batch_size, deterministic, measure)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(  # type: ignore[override]  # no arguments: the resume state, not nn.Module's tensor dict

@@ -6,6 +6,8 @@ ensemble's: :meth:`mbpo.models.ensemble.DynamicsEnsemble.sample` calls it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -13,7 +15,11 @@ import torch
 from mbpo.device.plan import same_device
 from mbpo.models.normalizer import Normalizer
 
-__all__ = ["sample_step", "sample_step_scored", "one_vs_rest_kl", "SamplingModel", "ROW_QUANTUM"]
+__all__ = ["sample_step", "sample_step_scored", "one_vs_rest_kl", "pairwise_gjs", "ScoreFn", "SamplingModel",
+           "ROW_QUANTUM"]
+
+ScoreFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""A model step's uncertainty per row: ``(mean, logvar [E, B, d] of every elite, chosen elite (B,)) -> (B,)``."""
 
 ROW_QUANTUM = 32
 """Sampling runs every matmul and activation on a multiple of this many rows per member. On CPU a row in a
@@ -94,16 +100,18 @@ def sample_step(
 @torch.no_grad()
 def sample_step_scored(
     model: SamplingModel, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator,
-    batch_size: int | None = None, deterministic: bool = False,
+    batch_size: int | None = None, deterministic: bool = False, measure: ScoreFn | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:  # fmt: skip
-    """:func:`sample_step`, plus each row's uncertainty (:func:`one_vs_rest_kl`), for which every elite
-    predicts every row (``E`` times the forward FLOPs). The same random draws as :func:`sample_step` (the
+    """:func:`sample_step`, plus each row's uncertainty (``measure``: None or :func:`one_vs_rest_kl`, M2AC's;
+    :func:`pairwise_gjs`, MACURA's), for which every elite predicts every row (``E`` times the forward FLOPs).
+    The same random draws as :func:`sample_step` (the
     elite deal, then the Gaussian noise): a row goes through the elite it would there with the same noise,
     equal up to rounding (the forwards are shaped differently). Rows run in whole ``ROW_QUANTUM`` tiles, at
     most ``batch_size`` rows in all per block, and each block keeps only its rows' chosen prediction and
     score, so the working memory stays that of :func:`sample_step` plus one block of every elite's outputs.
     """
     b, e, d = obs.shape[0], model.num_elites, model.target_dim
+    measure = one_vs_rest_kl if measure is None else measure
     x, perm, eps = _inputs_and_draws(model, obs, action, generator)
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(b, device=model.device)
@@ -122,7 +130,7 @@ def sample_step_scored(
         pick, rows = chosen[s : s + n], torch.arange(n, device=model.device)
         draw[s : s + n] = mean[pick, rows] if deterministic else \
             mean[pick, rows] + (0.5 * logvar[pick, rows]).exp() * eps[s : s + n]
-        score[s : s + n] = one_vs_rest_kl(mean, logvar, pick)
+        score[s : s + n] = measure(mean, logvar, pick)
         if logit is not None:
             assert block_logit is not None  # learn_termination: every block has its logit
             logit[s : s + n] = block_logit[:, :n][pick, rows]
@@ -175,3 +183,22 @@ def one_vs_rest_kl(mean: torch.Tensor, logvar: torch.Tensor, chosen: torch.Tenso
     mu_r = (mean * rest).sum(0)
     var_r = ((var + (mean - mu_r) ** 2) * rest).sum(0)  # the mixture's variance: mean variance + spread of means
     return 0.5 * (var_r.log() - var_c.log() - 1 + var_c / var_r + (mu_r - mu_c) ** 2 / var_r).sum(-1)
+
+
+def pairwise_gjs(mean: torch.Tensor, logvar: torch.Tensor, chosen: torch.Tensor | None = None) -> torch.Tensor:
+    """MACURA's uncertainty of a model step (Frauenknecht et al. 2024, "Trust the Model Where It Trusts Itself"):
+    the geometric Jensen-Shannon divergence of skew 1/2 (Nielsen 2019) between the Gaussians of each pair of
+    elites, summed over the predicted dimensions and averaged over the ``E(E-1)/2`` pairs, as the authors' code
+    (``mbrl/util/distance_measures.py``: ``calc_pairwise_symmetric_uncertainty_for_measure_function`` with
+    ``calc_uncertainty_score_genShen``). Per pair and dimension it is
+    ``(dmu^2 / (2 (v_i + v_j)) + ln((v_i + v_j) / (2 sqrt(v_i v_j)))) / 2``: their closed form, rearranged so
+    that no large terms cancel. ``mean``/``logvar`` ``[E, B, d]`` (E >= 2). Symmetric, zero where the elites
+    agree, the same whichever elite a row goes through (``chosen`` is unused) and under any per-dimension
+    rescaling of the targets.
+    """
+    e = mean.shape[0]
+    i, j = torch.triu_indices(e, e, 1, device=mean.device)
+    mean_i, mean_j, logvar_i, logvar_j = mean[i], mean[j], logvar[i], logvar[j]  # [pairs, B, d]
+    spread = (mean_i - mean_j).square() / (2 * (logvar_i.exp() + logvar_j.exp()))
+    log_ratio = torch.logaddexp(logvar_i, logvar_j) - math.log(2.0) - 0.5 * (logvar_i + logvar_j)  # ln(AM / GM)
+    return 0.5 * (spread + log_ratio).sum(-1).mean(0)

@@ -111,6 +111,8 @@ def model_label(cfg: Any) -> str:
     parts = []
     if m.rollout_keep_fraction < 1:
         parts.append(f"masking {m.rollout_keep_fraction:g}")
+    if m.macura:
+        parts.append(f"MACURA quantile {m.macura_quantile:g} x {m.macura_scale:g}")
     if m.real_ratio != default.real_ratio:
         parts.append(f"real_ratio {m.real_ratio:g}")
     if m.nll_beta:

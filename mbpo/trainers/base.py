@@ -174,9 +174,11 @@ class Trainer:
             "env": self.env, "replay buffer": self.buffer,
             **{f"learner {name}": net for name, net in self.agent.networks.items()}}
         if config.model.enabled:
+            gamma = config.agent.sac.gamma if config.agent.name == "sac" else config.agent.dqn.gamma
             self.model = ModelBased(config.model, config.env.id, self.env.observation_space, self.env.action_space,
                                     device, self.seed("model"), rollouts_per_transition(config),
-                                    config.agent.learning_starts, env=self.env, num_envs=config.env.num_envs)
+                                    config.agent.learning_starts, env=self.env, num_envs=config.env.num_envs,
+                                    gamma=gamma)
             self.model.debug = config.debug
             self.components |= {"ensemble": self.model.ensemble, "model buffer": self.model.model_buffer}
         self._init_counters()
