@@ -72,6 +72,10 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "redq": ("redq", []), "droq": ("droq", []), "crossq": ("crossq", []),
     "mbpo_redq_masked": ("mbpo_redq_masked", []),
     "mbpo_redq_real_half": ("mbpo_redq", ["model.real_ratio=0.5"]),  # half of each batch real (Walker2d screen)
+    # issue 50's ideas, each on MBPO-REDQ (screens: 15k env steps, seeds 0 and 1)
+    "mbpo_redq_nstep3": ("mbpo_redq", ["model.rollout_schedule=[0,1,3,3]", "model.rollout_n_step=3"]),
+    "mbpo_redq_macura": ("mbpo_redq", ["model.macura=true", "model.rollout_schedule=[0,0,10,10]"]),
+    "mbpo_redq_resets": ("mbpo_redq", ["agent.sac.reset_every=100000"]),  # every 5,000 env steps at utd 20
 }
 """Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""
 LEARNERS = (*CONFIGS, "sb3")
@@ -82,7 +86,10 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "redq": "REDQ (ours, utd 20, no model)", "droq": "DroQ (ours, utd 20, no model)",
           "crossq": "CrossQ (ours, utd 1, no model)",
           "mbpo_redq_masked": "MBPO with REDQ's critic, M2AC's masking at 0.5 (ours, utd 20)",
-          "mbpo_redq_real_half": "MBPO with REDQ's critic, real_ratio 0.5 (ours, utd 20)"}
+          "mbpo_redq_real_half": "MBPO with REDQ's critic, real_ratio 0.5 (ours, utd 20)",
+          "mbpo_redq_nstep3": "MBPO with REDQ's critic, 3-step model rows on 3-step branches (ours, utd 20)",
+          "mbpo_redq_macura": "MBPO with REDQ's critic, MACURA's rollouts up to 10 steps (ours, utd 20)",
+          "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 100,000 updates (ours, utd 20)"}
 KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
 """What --results keeps of a finished run (small text files; no checkpoints)."""
 PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
