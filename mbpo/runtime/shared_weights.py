@@ -6,8 +6,12 @@ not directed to: it bumps that buffer's counter to odd, copies every tensor in,
 bumps it to even, and only then points readers at it. A reader notes the
 newest buffer and its counter, copies the buffer, and reads the counter again:
 equal and even means one consistent snapshot. A reader is retried only when
-two publications overtake one copy, so the learner never waits and readers
-are not starved by frequent publishing.
+two publications overtake one copy. A learner that publishes faster than a
+reader copies (many cores, big snapshots, a small runtime.publish_every) could
+still overtake every copy: a reader overtaken :data:`STARVED_AFTER` times in a
+row says so in the shared counters, and the writer skips its publications
+until that reader has its copy. So the learner never waits and no reader
+starves; a skipped publication is only a later version sooner.
 
 Counters are read and written under a ``spawn``-context lock (a memory
 barrier on every CPU), held for a few integers only. A reader killed inside
@@ -25,7 +29,10 @@ import torch
 
 from mbpo.runtime.timing import SEQLOCK_RETRY_S, STUCK_LOCK_S
 
-__all__ = ["SharedWeights"]
+__all__ = ["SharedWeights", "STARVED_AFTER"]
+
+STARVED_AFTER = 3
+"""Overtaken copies in a row after which a reader asks the writer to hold its publications."""
 
 
 
@@ -62,8 +69,10 @@ class SharedWeights:
             self._layout.append((path, kind, t.dtype, tuple(t.shape)))
             buffers[name] = torch.zeros_like(t, device="cpu").contiguous().share_memory_()
         self._buffers = [buffers, {k: torch.zeros_like(v).share_memory_() for k, v in buffers.items()}]
-        # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1]
-        self._meta = torch.tensor([0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
+        # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1, starved readers]
+        self._meta = torch.tensor([0, 0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
+        self.skipped = 0
+        """Publications this writer skipped for a starved reader."""
         self._lock = ctx.Lock()
 
     def _locked(self) -> Any:
@@ -95,9 +104,22 @@ class SharedWeights:
         meta = self._read_meta()
         return meta[3 + meta[0]]
 
+    def _starving(self, change: int) -> None:
+        lock = self._locked()
+        try:
+            self._meta[5] += change
+        finally:
+            lock.release()
+
     def write(self, version: int, snapshot: dict[str, Any]) -> None:
-        """Publish ``snapshot`` as ``version`` (the learner's thread only)."""
-        target = 1 - self._read_meta()[0]  # the buffer readers are not directed to
+        """Publish ``snapshot`` as ``version`` (the learner's thread only), unless a reader was overtaken too often:
+        then it is skipped and counted in ``skipped`` (the next publication carries a newer version anyway).
+        """
+        meta = self._read_meta()
+        if meta[5] > 0:
+            self.skipped += 1
+            return
+        target = 1 - meta[0]  # the buffer readers are not directed to
         self._bump(target)  # odd: a write is in progress
         try:
             for path, value in _leaves(snapshot):
@@ -109,20 +131,32 @@ class SharedWeights:
     def read(self, known_version: int = -1, timeout: float = 10.0) -> tuple[int, dict[str, Any]] | None:
         """``(version, snapshot copy)`` if a version newer than ``known_version`` is published, else None."""
         deadline = time.monotonic() + timeout
-        while True:
-            meta = self._read_meta()
-            newest = meta[0]
-            seq, version = meta[1 + newest], meta[3 + newest]
-            if version == known_version or version == 0:
-                return None
-            if seq % 2 == 0:
-                copies = {name: buf.clone() for name, buf in self._buffers[newest].items()}
-                if self._read_meta()[1 + newest] == seq:
-                    return version, self._unflatten(copies)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no consistent weight snapshot could be read in {timeout} s (two publications "
-                                   "overtook every copy: is runtime.publish_every very small?)")
-            time.sleep(SEQLOCK_RETRY_S)
+        overtaken = 0
+        try:
+            while True:
+                meta = self._read_meta()
+                newest = meta[0]
+                seq, version = meta[1 + newest], meta[3 + newest]
+                if version == known_version or version == 0:
+                    return None
+                if seq % 2 == 0:
+                    copies = self._copy(newest)
+                    if self._read_meta()[1 + newest] == seq:
+                        return version, self._unflatten(copies)
+                overtaken += 1
+                if overtaken == STARVED_AFTER:
+                    self._starving(+1)  # the writer holds its publications until this read is done
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no consistent weight snapshot could be read in {timeout} s (two "
+                                       "publications overtook every copy: is runtime.publish_every very small?)")
+                time.sleep(SEQLOCK_RETRY_S)
+        finally:
+            if overtaken >= STARVED_AFTER:
+                self._starving(-1)
+
+    def _copy(self, buffer: int) -> dict[str, torch.Tensor]:
+        """A copy of every tensor of ``buffer`` (the reader's side of the seqlock)."""
+        return {name: buf.clone() for name, buf in self._buffers[buffer].items()}
 
     def _unflatten(self, copies: dict[str, torch.Tensor]) -> dict[str, Any]:
         out: dict[str, Any] = {}

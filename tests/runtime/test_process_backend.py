@@ -29,7 +29,7 @@ from mbpo.config import Config
 from mbpo.runtime.backends.process import ProcessCollector
 from mbpo.runtime.collectors import CpuSinceLast
 from mbpo.runtime.handoff import NotPlainError, check_plain
-from mbpo.runtime.shared_weights import SharedWeights
+from mbpo.runtime.shared_weights import STARVED_AFTER, SharedWeights
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import faulty, run_shm_files, shm_names
 from tests.runtime.weights_reader import read_snapshots
@@ -108,6 +108,8 @@ def test_a_child_never_reads_a_half_written_snapshot() -> None:
     try:
         for p in children:
             p.start()
+        for _, child in pipes:
+            child.close()  # the children hold their ends: one that dies is an EOFError here, not a hang
         assert [parent.recv() for parent, _ in pipes] == ["ready", "ready"]
         writer.start()
         for parent, _ in pipes:
@@ -121,6 +123,41 @@ def test_a_child_never_reads_a_half_written_snapshot() -> None:
             p.join(30)
     assert mixed == [0, 0]
     assert all(p.exitcode == 0 for p in children)
+
+
+@pytest.mark.timeout(60)
+def test_a_reader_overtaken_again_and_again_holds_the_writer_off_until_it_has_its_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A learner that publishes faster than a reader copies (16 cores and a tight loop on a lent H100 timed this
+    file's child readers out) overtakes every copy. Here the writer publishes twice during every copy the reader
+    makes. After STARVED_AFTER overtaken copies the reader says so, the writer skips its publications (it never
+    waits), the reader gets a whole snapshot, and publishing resumes.
+    """
+    weights = SharedWeights({"w": torch.zeros(4)}, mp.get_context("spawn"))
+    versions = iter(range(1, 10_000))
+
+    def publish() -> None:
+        version = next(versions)
+        weights.write(version, {"w": torch.full((4,), float(version))})
+
+    publish()
+    copy = weights._copy
+
+    def overtaken_copy(buffer: int) -> dict[str, torch.Tensor]:
+        out = copy(buffer)
+        publish()
+        publish()  # two publications during the copy: the buffer it read may have been rewritten
+        return out
+
+    monkeypatch.setattr(weights, "_copy", overtaken_copy)
+    read = weights.read(-1, timeout=10.0)
+    assert read is not None
+    version, snapshot = read
+    assert bool((snapshot["w"] == float(version)).all())  # one whole publication
+    assert weights.skipped == 2 and weights._read_meta()[5] == 0  # the copy that succeeded held two off
+    assert version == 1 + 2 * STARVED_AFTER  # the newest before the reader asked
+    publish()
+    assert weights.version == version + 3  # publishing resumed once the reader had its copy
 
 
 @pytest.mark.parametrize("fault, how", [("exit", "exited with code 3"), ("sigkill", "was killed by SIGKILL")])
