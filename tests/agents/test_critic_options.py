@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import io
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -42,11 +41,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(autouse=True)
-def _one_intra_op_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_intra_op_thread(one_intra_op_thread: None) -> None:
+    """Every test of this file on one intra-op thread (tests/agents/conftest.py)."""
 
 
 def _td(batch: TensorDict) -> TensorDict:

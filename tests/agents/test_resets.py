@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,8 @@ computes it natively)."""
 
 
 @pytest.fixture(autouse=True)
-def _one_intra_op_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_intra_op_thread(one_intra_op_thread: None) -> None:
+    """Every test of this file on one intra-op thread (tests/agents/conftest.py)."""
 
 
 def trained(reset_every: int = 0, updates: int = 4, seed: int = 0, **sac: object) -> SAC:
