@@ -102,11 +102,14 @@ class ModelBased:
         learning_starts: int = 0,
         env: object | None = None,
         num_envs: int = 1,
-        gamma: float = 0.99,
+        gamma: float | None = None,
     ) -> None:
         self.config = config
-        self.gamma = gamma
-        """The learner's discount: model.rollout_n_step > 1 discounts the rewards of its n-step model transitions."""
+        self.gamma: float = float("nan") if gamma is None else gamma
+        """The learner's discount: model.rollout_n_step > 1 discounts the rewards of its n-step model transitions
+        (not needed, and NaN when not given, for 1-step ones)."""
+        if config.rollout_n_step > 1 and gamma is None:
+            raise ValueError(f"model.rollout_n_step={config.rollout_n_step} needs the learner's gamma")
         self.num_envs = num_envs
         """Transitions per vector step: at most one training per vector step (:func:`trainings_earned`)."""
         self.clock_start = learning_starts

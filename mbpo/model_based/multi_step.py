@@ -63,8 +63,7 @@ class NStepBranches:
             self.version = int(rows[MODEL_VERSION][0])
         kept = torch.zeros_like(self.live)
         kept[branch] = True
-        if self.t > 0:
-            self._emit(self.open & (self.live & ~kept).unsqueeze(1), self.last_obs, terminated=False)
+        self._emit(self.open & (self.live & ~kept).unsqueeze(1), self.last_obs, terminated=False)  # dropped now
         self.live &= kept
         slot = self.t % self.n
         self.obs[branch, slot], self.action[branch, slot] = rows[OBS], rows[ACTION]

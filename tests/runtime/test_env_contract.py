@@ -89,13 +89,18 @@ def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_coll
     assert (code, error_lines(err)) == (2, [f"error: {WHO}: {ERRORS[breaks]}"]), err[-3000:]
 
 
+def train_with(breaks: str, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``mbpo train`` on the factory's env broken by ``breaks`` in the way of ``run``: exit code, stdout, stderr."""
+    code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], f"run_dir={tmp_path / 'r'}"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize("run", list(RUNS))
 def test_a_device_in_another_spelling_is_that_device(
         run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``env.device = 'cpu:0'`` names the CPU: the run trains, as with ``'cpu'``."""
-    run_dir = f"run_dir={tmp_path / 'r'}"
-    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=device_cpu0", *TINY, *RUNS[run], run_dir])
-    out, err = capsys.readouterr()
+    code, out, err = train_with("device_cpu0", run, tmp_path, capsys)
     assert code == 0 and not error_lines(err), err[-3000:]
     assert json.loads(out.strip().splitlines()[-1])["env_steps"] == 64
 
@@ -103,9 +108,7 @@ def test_a_device_in_another_spelling_is_that_device(
 @pytest.mark.parametrize("run", list(RUNS))
 def test_a_float64_obs_is_converted_with_one_line_and_the_run_trains(
         run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = f"run_dir={tmp_path / 'r'}"
-    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=float64_obs", *TINY, *RUNS[run], run_dir])
-    out, err = capsys.readouterr()
+    code, out, err = train_with("float64_obs", run, tmp_path, capsys)
     assert code == 0, err[-3000:]
     assert [line for line in err.splitlines() if "converting" in line] == [CONVERTED]
     row = json.loads(out.strip().splitlines()[-1])
