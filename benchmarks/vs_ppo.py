@@ -26,7 +26,10 @@ every backend's collectors step the same slowed env. Evaluation envs are not slo
 training time). The JSON gives ``sim_cost_us`` and, per learner, ``crossover_us``: the cost above which it
 reaches the threshold in less wall-clock than PPO, from this run's curves (:func:`crossover_us` has the model).
 
+``--keep-runs DIR`` keeps our learners' run dirs (config.yaml, metrics.csv, run.json) in ``DIR/<env>/<learner>``.
+
     python benchmarks/vs_ppo.py [--env pendulum] [--minutes 6] [--stay 3] [--seed 0] [--sim-cost-us 0] [--out DIR]
+                                [--keep-runs DIR]
 """
 
 from __future__ import annotations
@@ -357,6 +360,19 @@ def parse_cost_us(text: str) -> float:
         raise SystemExit(2) from None
 
 
+def check_keep_runs(args: argparse.Namespace) -> None:
+    """``--keep-runs`` must not hold a run this invocation would write over; one ``error:`` line and exit 2."""
+    if args.keep_runs is None:
+        return
+    envs_ = list(TASKS) if args.env == "both" else [args.env]
+    dirs = [args.keep_runs / e / n for e in envs_ for n in args.learners if n != "ppo"]
+    taken = [d for d in dirs if d.exists()]
+    if taken:
+        print(f"error: --keep-runs {args.keep_runs} already holds {taken[0]}; expected a folder without this "
+              "invocation's run dirs (move them, or name another folder)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 TARGETS = {"mbpo_scale": {"env_steps_vs_ppo": 0.01, "train_s_vs_ppo": 5.0},
            "sac_scale": {"env_steps_vs_ppo": 0.1, "train_s_vs_ppo": 3.0}}
 
@@ -375,8 +391,11 @@ def main() -> None:
     parser.add_argument("--sim-cost-us", default="0", help="microseconds added per env transition to every "
                                                                "learner's training env (a slower simulator)")
     parser.add_argument("--out", type=Path, default=Path.cwd(), help="where the charts go")
+    parser.add_argument("--keep-runs", type=Path, default=None,
+                        help="keep our learners' run dirs in DIR/<env>/<learner> (default: a temporary folder)")
     args = parser.parse_args()
     args.sim_cost_us = parse_cost_us(args.sim_cost_us)
+    check_keep_runs(args)
     started = time.perf_counter()
     report: dict[str, Any] = {"benchmark": "vs_ppo", "device": args.device, "seed": args.seed,
                               "sim_cost_us": args.sim_cost_us,
@@ -386,10 +405,13 @@ def main() -> None:
     for env_name in TASKS if args.env == "both" else [args.env]:
         task = TASKS[env_name]
         curves: dict[str, Curve] = {}
-        with tempfile.TemporaryDirectory() as tmp:
+        with contextlib.ExitStack() as stack:
+            root = (args.keep_runs / env_name if args.keep_runs is not None
+                    else Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            root.mkdir(parents=True, exist_ok=True)
             for name in args.learners:
                 with contextlib.redirect_stdout(sys.stderr):  # rsl_rl prints its models: keep stdout one line
-                    curves[name] = run_ppo(task, args) if name == "ppo" else run_ours(task, name, args, Path(tmp))
+                    curves[name] = run_ppo(task, args) if name == "ppo" else run_ours(task, name, args, root)
                 print(f"[vs_ppo] {env_name} {name}: {curves[name].summary(task.threshold, args.stay)}",
                       file=sys.stderr)
         results = {name: c.summary(task.threshold, args.stay) for name, c in curves.items()}

@@ -191,3 +191,31 @@ def test_collectors_in_other_processes_build_the_slowed_env_by_name(tmp_path: Pa
     row = last_row(run_dir)
     assert int(row["env_steps"]) == STEPS
     assert float(row["time_env_s"]) >= STEPS // NUM_ENVS * STEP_COST_S
+
+
+def test_kept_runs_land_under_the_folder_and_an_existing_one_is_refused(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--keep-runs DIR``: our learners run in DIR/<env>/<learner>; a second invocation onto the same folder is
+    one error line and exit 2 before anything runs, so a kept run is never written over.
+    """
+    roots: list[Path] = []
+
+    def fake_run(task: vs_ppo.Task, name: str, args: Any, root: Path) -> vs_ppo.Curve:
+        roots.append(root)
+        (root / name).mkdir()
+        return vs_ppo.Curve(points=[(4096, 1.0, -150.0)])
+
+    monkeypatch.setattr(vs_ppo, "run_ours", fake_run)
+    argv = ["vs_ppo.py", "--learners", "sac_scale", "--stay", "1", "--out", str(tmp_path),
+            "--keep-runs", str(tmp_path / "kept")]
+    monkeypatch.setattr(sys, "argv", argv)
+    vs_ppo.main()
+    assert roots == [tmp_path / "kept" / "pendulum"] and (tmp_path / "kept" / "pendulum" / "sac_scale").is_dir()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        vs_ppo.main()
+    assert exit_.value.code == 2 and len(roots) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --keep-runs {tmp_path / 'kept'} already holds {tmp_path / 'kept' / 'pendulum' / 'sac_scale'}; "
+        "expected a folder without this invocation's run dirs (move them, or name another folder)"]
