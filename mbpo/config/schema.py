@@ -169,8 +169,9 @@ class AgentConfig:
     alternative to utd_ratio (= updates_per_vector_step / num_envs); null = use utd_ratio."""
     n_step: int = field(default=1, metadata={LEARNER: "sac"})
     """n-step returns: each stored transition sums n discounted rewards and bootstraps with gamma**n (fewer
-    steps where an episode ends first); 1 = ordinary 1-step transitions. Not with model.enabled (the dynamics
-    model learns from 1-step transitions)."""
+    steps where an episode ends first); 1 = ordinary 1-step transitions. With model.enabled the real rows are
+    n-step for the learner and keep their first step for the dynamics model, which learns one step; the model's
+    own rows stay 1-step unless model.rollout_n_step says otherwise."""
     obs_norm: bool = field(default=False, metadata={LEARNER: "sac"})
     """Normalise observations by their running mean and variance (SAC): learned on the learner from every real
     transition it stores, published with the policy's weights, so collectors, model rollouts and evaluation

@@ -208,9 +208,6 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.rollout_n_step={config.model.rollout_n_step} with agent.name="
                           f"{config.agent.name}: n-step model transitions need SAC, whose update reads each row's "
                           "discount; use model.rollout_n_step=1 or agent.name=sac")
-    if config.agent.n_step > 1 and config.model.enabled:
-        raise ConfigError(f"agent.n_step={config.agent.n_step} with model.enabled=true: the dynamics model learns "
-                          "from 1-step transitions and its rollouts are 1-step; use agent.n_step=1 with MBPO")
     for key in _CALLABLE_KEYS:
         path = _get(config, key)
         if path is not None and not CALLABLE_PATH.match(path):

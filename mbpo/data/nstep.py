@@ -6,6 +6,11 @@ where the episode ends first: a termination ends it without a bootstrap, a time-
 true last observation. The learner's target is ``R + discount * (1 - terminated) * V(s')``. Every 1-step
 transition starts exactly one n-step transition, emitted ``n - 1`` steps later (at once at an episode's end).
 The envs of a vector step are independent streams; work per step is ``n`` masked gathers over the envs.
+
+With ``keep_first_step`` (MBPO with n-step returns), each n-step row also keeps its first step's reward, next
+observation and termination (mbpo.data.replay.FIRST_STEP): the learner reads the n-step fields and the dynamics
+model, which learns one step, reads the first step's (``first_step_view``). Every 1-step transition still lands
+in the replay buffer exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from mbpo.data.replay import DISCOUNT, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
+from mbpo.data.replay import DISCOUNT, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
 
 __all__ = ["NStepBuilder", "DISCOUNT", "n_step_builder"]
 
@@ -24,10 +29,10 @@ __all__ = ["NStepBuilder", "DISCOUNT", "n_step_builder"]
 class NStepBuilder:
     """Holds the last ``n`` vector steps of ``num_envs`` envs and emits n-step transitions."""
 
-    def __init__(self, n: int, gamma: float) -> None:
+    def __init__(self, n: int, gamma: float, keep_first_step: bool = False) -> None:
         if n < 1:
             raise ValueError(f"n_step={n} is not allowed; expected n >= 1")
-        self.n, self.gamma = int(n), float(gamma)
+        self.n, self.gamma, self.keep_first_step = int(n), float(gamma), bool(keep_first_step)
         self._ring: TensorDict | None = None  # [n, num_envs] of 1-step transitions, time index t % n
         self._age: torch.Tensor | None = None  # steps since each env's episode began, capped at n
         self._t = 0
@@ -63,6 +68,10 @@ class NStepBuilder:
     def _emit(self, start: TensorDict, end: TensorDict, ret: torch.Tensor, emit: torch.Tensor, m: int) -> TensorDict:
         """The m-step transitions of the envs in ``emit``: from ``start``, ending with ``end``."""
         part = start[emit].clone()
+        if self.keep_first_step:
+            for key, first in FIRST_STEP.items():
+                if key in part.keys():
+                    part[first] = part[key].clone()
         part[REWARD] = ret[emit]
         for key in (NEXT_OBS, TERMINATED, NEXT_OBS_VALID):
             if key in end.keys():
@@ -71,8 +80,10 @@ class NStepBuilder:
         return part
 
 
-def n_step_builder(agent: Any) -> NStepBuilder | None:
-    """The builder an agent config asks for (``agent.n_step`` > 1, SAC's gamma), else None."""
+def n_step_builder(agent: Any, keep_first_step: bool = False) -> NStepBuilder | None:
+    """The builder an agent config asks for (``agent.n_step`` > 1, SAC's gamma), else None; ``keep_first_step``
+    where a dynamics model learns from the same rows (model.enabled).
+    """
     if agent.n_step <= 1:
         return None
-    return NStepBuilder(agent.n_step, agent.sac.gamma)
+    return NStepBuilder(agent.n_step, agent.sac.gamma, keep_first_step)

@@ -23,7 +23,8 @@ from torchrl.data.replay_buffers.samplers import RandomSampler
 from mbpo.device.checks import check_indices
 
 __all__ = [
-    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "DISCOUNT", "NEXT_OBS_VALID",
+    "OBS", "ACTION", "REWARD", "NEXT_OBS", "TERMINATED", "MODEL_VERSION", "DISCOUNT", "NEXT_OBS_VALID", "FIRST_STEP",
+    "first_step_view",
     "real_transitions", "TRANSITION_KEYS", "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches",
     "transitions", "replay_state", "load_replay_state", "filled_rows", "as_tensordict", "newest_indices",
 ]
@@ -42,6 +43,11 @@ termination, never its next state; the learner keeps the row."""
 DISCOUNT = "discount"
 """float32 ``(B,)``, n-step rows only (agent.n_step > 1): ``gamma ** m`` for an m-step transition, the discount
 of its bootstrap (mbpo.data.nstep)."""
+FIRST_STEP = {REWARD: "first_reward", NEXT_OBS: "first_next_obs", TERMINATED: "first_terminated",
+              NEXT_OBS_VALID: "first_next_obs_valid"}
+"""n-step rows that the dynamics model also learns from (agent.n_step > 1 with model.enabled) keep their first
+step's 1-step fields under these keys: one stored row is an n-step row for the learner and a 1-step row for the
+model (:func:`first_step_view`)."""
 MODEL_VERSION = "model_version"
 """int64 ``(B,)``: the ensemble version that generated a model transition."""
 TRANSITION_KEYS = (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED)
@@ -155,6 +161,19 @@ def real_transitions(
     data = transitions(obs, action, reward, real_next, terminated)
     data[NEXT_OBS_VALID] = valid
     return data
+
+
+def first_step_view(data: TensorDictBase) -> TensorDictBase:
+    """``data`` as 1-step transitions: n-step rows that carry their first step (:data:`FIRST_STEP`) give it under
+    the ordinary keys (a shallow copy; no tensor is copied); other rows are returned as they are.
+    """
+    if FIRST_STEP[REWARD] not in data.keys():
+        return data
+    view = data.exclude(*FIRST_STEP.values(), "discount")
+    for key, first in FIRST_STEP.items():
+        if first in data.keys():
+            view[key] = data[first]
+    return view
 
 
 def transitions(

@@ -36,6 +36,7 @@ from mbpo.data.replay import (
     TERMINATED,
     TRANSITION_KEYS,
     ModelBuffer,
+    first_step_view,
     newest_indices,
     rows_written,
     sample_batches,
@@ -220,6 +221,7 @@ class ModelBased:
         ``fresh`` (indices of the rows collected since the last training), measure the model's health on them.
         """
         c = self.config
+        data = first_step_view(data)  # n-step rows: the model learns their first step
         if fresh is not None and self.trainings > 0 and fresh.numel() >= 2 and not self.fit_pending:
             self.health = self.measure_health(data, fresh)  # (a cut-short fit has trained on them: kept from before)
         # A next obs the env did not give us (an auto-reset that lost it) is never a model target; its
@@ -241,6 +243,7 @@ class ModelBased:
         """:mod:`mbpo.model_based.health` figures of the current ensemble on ``data[fresh]``, normalised by the
         variances of the targets over all of ``data``.
         """
+        data = first_step_view(data)
         valid = data[NEXT_OBS_VALID] if NEXT_OBS_VALID in data.keys() else torch.ones(
             data.shape[0], dtype=torch.bool, device=self.device)
         delta = (data[NEXT_OBS] - data[OBS])[valid]
@@ -361,9 +364,12 @@ class ModelBased:
         model = model.select(*keys).reshape(count, batch_size - n_real)
         if n_real == 0:
             return model.unbind(0)
-        real_part = sample_real(real, count * n_real, self.debug).select(*TRANSITION_KEYS)
-        if DISCOUNT in keys:  # real rows are 1-step: their discount is gamma
+        real_part = sample_real(real, count * n_real, self.debug)
+        real_part = real_part.select(*TRANSITION_KEYS, *((DISCOUNT,) if DISCOUNT in real_part.keys() else ()))
+        if DISCOUNT in keys and DISCOUNT not in real_part.keys():  # 1-step real rows: their discount is gamma
             real_part[DISCOUNT] = torch.full((count * n_real,), self.gamma, device=real_part.device)
+        elif DISCOUNT in real_part.keys() and DISCOUNT not in keys:  # n-step real rows (agent.n_step), 1-step model
+            model[DISCOUNT] = torch.full(model.shape, self.gamma, device=model.device)
         return torch.cat((real_part.reshape(count, n_real), model), 1).unbind(0)
 
     # -- reporting and state ----------------------------------------------------------

@@ -113,6 +113,8 @@ class CollectorSetup:
     float32_fields: tuple[str, ...] = ()
     """Env fields the trainer's start-up check found in another float dtype: collectors cast them to float32
     (envs.contract.as_float32)."""
+    keep_first_step: bool = False
+    """n-step rows also carry their first step (mbpo.data.replay.FIRST_STEP): a dynamics model learns from them."""
 
 
 class Collector(Protocol):
@@ -159,7 +161,7 @@ class EnvStepper:
         self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
         """The published weight version the policy holds (0: none yet)."""
-        self.n_step = n_step_builder(setup.agent)
+        self.n_step = n_step_builder(setup.agent, setup.keep_first_step)
         """Builds n-step transitions (agent.n_step > 1); None for 1-step."""
 
     def use_weights(self, version: int, snapshot: dict[str, Any]) -> None:

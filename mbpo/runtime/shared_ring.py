@@ -22,7 +22,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mbpo.data.replay import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
+from mbpo.data.replay import ACTION, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["SharedRing"]
@@ -36,7 +36,8 @@ class SharedRing:
     """Handed to spawned children: only its shared tensors travel (as descriptors)."""
 
     def __init__(self, num_slots: int, rows: int, obs_dim: int, action_space: gym.spaces.Space,
-                 extra_int64: tuple[str, ...] = (), extra_float: tuple[str, ...] = ()) -> None:
+                 extra_int64: tuple[str, ...] = (), extra_float: tuple[str, ...] = (),
+                 first_step: bool = False) -> None:
         if isinstance(action_space, gym.spaces.Discrete):
             action: tuple[tuple[int, ...], torch.dtype] = ((), torch.int64)
         else:  # Box unless Discrete
@@ -47,6 +48,8 @@ class SharedRing:
             **{key: ((), torch.int64) for key in extra_int64},
             **{key: ((), torch.float32) for key in extra_float},
         }
+        if first_step:  # n-step rows a dynamics model learns from carry their first step too
+            layout.update({FIRST_STEP[key]: layout[key] for key in (REWARD, NEXT_OBS, TERMINATED, NEXT_OBS_VALID)})
         self.num_slots, self.rows = num_slots, rows
         self.keys = tuple(layout)
         self.data = TensorDict(

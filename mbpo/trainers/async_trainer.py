@@ -33,7 +33,7 @@ import torch
 import envs
 from mbpo.agents import acting_config, make_agent
 from mbpo.config import Config, updates_per_transition
-from mbpo.data.replay import DISCOUNT, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
+from mbpo.data.replay import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.device.plan import DeviceMismatchError, device_of, same_device
 from mbpo.run.metrics import MetricsLogger
@@ -82,7 +82,7 @@ class AsyncTrainer(Trainer):
             DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
         self.setup = CollectorSetup(acting_config(config.agent), self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
-                                    rt.collector_threads, config.debug)
+                                    rt.collector_threads, config.debug, keep_first_step=config.model.enabled)
         self.backend = make_backend(
             rt.backend, self.setup, self.queue, self.weights, self.gate, num_collectors=self.num_collectors,
             env=config.env, env_device=str(self.env_device), env_seed=self._env_seed, action_seed=self._action_seed,
@@ -311,7 +311,8 @@ class AsyncTrainer(Trainer):
         n = data.shape[0]
         with self.real_lock:
             if n:
-                keys = (*TRANSITION_KEYS, NEXT_OBS_VALID, *((DISCOUNT,) if DISCOUNT in data.keys() else ()))
+                keys = (*TRANSITION_KEYS, NEXT_OBS_VALID,
+                        *(k for k in (DISCOUNT, *FIRST_STEP.values()) if k in data.keys()))  # n-step rows' extras
                 self.buffer.extend(data.select(*keys).to(device))
                 self.agent.observe(data[OBS])  # running obs statistics (agent.obs_norm): real observations only
             self.gate.add(ingested=item.env_steps)

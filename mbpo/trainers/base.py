@@ -209,8 +209,11 @@ class Trainer:
         transition), naming the keys of the parts that take the most.
         """
         row = transition_bytes(self.env.obs_dim, self.env.action_space)
-        replay = row * config.agent.buffer_size
         m = config.model
+        real_row = row
+        if config.agent.n_step > 1:  # + the discount; with a model, + the first step's reward, next obs and flags
+            real_row += 4 + ((4 * self.env.obs_dim + 6) if m.enabled else 0)
+        replay = real_row * config.agent.buffer_size
         model_rows = int(rollouts_per_transition(config) * m.epoch_length * max(m.rollout_schedule[2:])
                          * m.retain_epochs)
         model = (row + 8) * model_rows if m.enabled else 0  # + the model_version column
@@ -224,7 +227,7 @@ class Trainer:
         learner, ensemble = network_bytes(a, m if m.enabled else None, self.env.obs_dim, self.env.act_dim)
         available = envs.available_memory(device)
         # (what it holds, bytes, the keys that size it)
-        sized = [(f"replay buffer {config.agent.buffer_size:,} x {row} B = {_size(replay)}", replay,
+        sized = [(f"replay buffer {config.agent.buffer_size:,} x {real_row} B = {_size(replay)}", replay,
                   "agent.buffer_size")]
         if m.enabled:
             sized.append((f"model buffer up to {model_rows:,} x {row + 8} B = {_size(model)}", model,

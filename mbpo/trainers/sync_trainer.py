@@ -44,7 +44,7 @@ class SyncTrainer(Trainer):
     def __init__(self, config: Config, run_dir: str | Path) -> None:
         super().__init__(config, run_dir)
         self._action_generator = torch.Generator().manual_seed(self.seed("actions"))
-        self._n_step = n_step_builder(config.agent)
+        self._n_step = n_step_builder(config.agent, keep_first_step=config.model.enabled)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
         self._obs: torch.Tensor | None = None
         self._env_ahead = False

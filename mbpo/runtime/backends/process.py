@@ -243,7 +243,8 @@ class ProcessBackend:
         self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
                                int(setup.observation_space.shape[0]), setup.action_space,
                                extra_int64=(POLICY_VERSION, COLLECTOR_ID),
-                               extra_float=(DISCOUNT,) if setup.agent.n_step > 1 else ())
+                               extra_float=(DISCOUNT,) if setup.agent.n_step > 1 else (),
+                               first_step=setup.agent.n_step > 1 and setup.keep_first_step)
         self.shared_weights = SharedWeights(template_snapshot, self.ctx)
         self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
         weights.add_mirror(self.shared_weights.write)
