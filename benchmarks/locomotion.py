@@ -1,11 +1,12 @@
 """MuJoCo Hopper-v5 and Walker2d-v5: MBPO-SAC against SAC at the same 20 updates per step and Stable-Baselines3 SAC.
 
 One invocation runs (or picks up) every requested learner and seed on this machine, prints one JSON line and
-draws the learning curves (median and range over seeds, through ``mbpo plot``'s :func:`mbpo.run.plotting.plot_runs`)
-and the MBPO runs' model-health chart. Every learner is evaluated every 2,500 env steps on 10 deterministic
-episodes; env steps count the 5,000 random steps, as the MBPO authors' own curves do (their x runs 6,019,
-7,019, ...: jannerm/mbpo's ``sampler/total-samples``), which are drawn beside ours from
-docs/results/locomotion/mbpo_paper.json (gym -v2, MuJoCo 1.50).
+draws the learning curves (the mean over seeds with its 95% bootstrap band: REDQ against MBPO with REDQ's critic in
+one panel, the published curves in another, our other learners in a third) and the MBPO runs' model-health chart.
+Every learner is evaluated every 2,500 env steps on 10 deterministic episodes; env steps count the 5,000 random
+steps, as the MBPO authors' own curves do (their x runs 6,019, 7,019, ...: jannerm/mbpo's
+``sampler/total-samples``), which are drawn beside ours from docs/results/locomotion/mbpo_paper.json (gym -v2,
+MuJoCo 1.50).
 
 * ``mbpo``: ``configs/<env>_mbpo.yaml`` (the MBPO paper's constants; async trainer);
 * ``sac_same_ratio``: the same config with ``model.enabled=false`` (20 updates per real step, no model);
@@ -20,9 +21,11 @@ Runs take hours on a 2-core CPU, so each (env, learner, seed) has its own run di
 outside the checkout): a finished run is read, not rerun; an interrupted one of ours is resumed from its newest
 checkpoint (an SB3 run, minutes long, is rerun). ``--results DIR`` copies every finished run's config.yaml,
 metrics.csv and run.json there (docs/results/locomotion in the repository), and ``--report-only --run-root
-DIR --charts docs/img`` rebuilds the JSON line and docs/benchmarks.md's charts from such a copy. Targets, on the
-median score of ``--best-mbpo``: at least 1,850 on Hopper (REDQ's published mean) and 700 on Walker2d, and at
-least every model-free learner's.
+DIR --charts docs/img`` rebuilds the JSON line and docs/benchmarks.md's charts from such a copy. Each learner's
+mean and IQM score carry 95% stratified-bootstrap intervals, and ``--best-mbpo`` against REDQ the probability of
+improvement with its interval, all from rliable (Agarwal et al. 2021; the ``bench`` extra). Targets (issue 50), on
+``--best-mbpo``: a mean score of at least 1,850 on Hopper (REDQ's published mean) and 700 on Walker2d, an IQM at
+least REDQ's, and the probability of improvement over REDQ above 0.5 at its interval's lower bound.
 
     python benchmarks/locomotion.py [--env hopper|walker2d] [--seeds 0 1 2] [--learners mbpo sac_same_ratio sb3]
                                     [--run-root ~/mbpo-runs/locomotion] [--results docs/results/locomotion]
@@ -38,6 +41,9 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +69,20 @@ MODEL_FREE = ("sac_same_ratio", "sb3", "redq", "droq", "crossq")
 BEST_MBPO = "mbpo_redq"
 """MBPO with the critic option the Hopper screen picked (docs/benchmarks.md, "Critic options")."""
 SCORE_TARGETS = {"hopper": 1_850.0, "walker2d": 700.0}
-"""The best MBPO's median score to reach: REDQ's published Hopper mean at 33k, and 700 on Walker2d."""
+"""The best MBPO's mean score to reach: REDQ's published Hopper mean at 33k, and 700 on Walker2d."""
+PEER = "redq"
+"""The learner the best MBPO must beat (issue 50): REDQ, the same critic with no model."""
+CONFIDENCE = 0.95
+BOOTSTRAP_REPS = 50_000
+"""Resamples behind each mean's and IQM's interval: rliable's default for aggregate scores."""
+POI_REPS = 2_000
+"""Resamples behind the probability of improvement's interval, as rliable's README takes them (each resample runs
+a Mann-Whitney U test, about 0.5 ms here)."""
+CHART_REPS = 2_000
+"""Resamples behind each chart band (every evaluation point of a curve in one bootstrap)."""
+BOOTSTRAP_SEED = 0
+"""Seeds numpy's global generator for each bootstrap, so that a report is the same for the same runs."""
+INTERVALS_NEED = "intervals need rliable: pip install -e '.[bench]'"
 PUBLISHED_FILE = ROOT / "docs" / "results" / "locomotion" / "published.json"
 """REDQ, DroQ, CrossQ and SAC as published (benchmarks/published_curves.py): drawn beside ours."""
 CONFIGS: dict[str, tuple[str, list[str]]] = {
@@ -90,8 +109,18 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "mbpo_redq_nstep3": "MBPO with REDQ's critic, 3-step model rows on 3-step branches (ours, utd 20)",
           "mbpo_redq_macura": "MBPO with REDQ's critic, MACURA's rollouts up to 10 steps (ours, utd 20)",
           "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 100,000 updates (ours, utd 20)"}
+NAMES = {"mbpo": "MBPO-SAC", "sac_same_ratio": "SAC (utd 20)", "sb3": "SB3 SAC", "mbpo_sync": "MBPO-SAC, sync trainer",
+         "mbpo_lead0": "MBPO-SAC, lead not capped", "mbpo_redq": "MBPO-REDQ", "mbpo_droq": "MBPO-DroQ", "redq": "REDQ",
+         "droq": "DroQ", "crossq": "CrossQ", "mbpo_redq_masked": "MBPO-REDQ, M2AC masking 0.5",
+         "mbpo_redq_real_half": "MBPO-REDQ, real_ratio 0.5", "mbpo_redq_nstep3": "MBPO-REDQ, 3-step model rows",
+         "mbpo_redq_macura": "MBPO-REDQ, MACURA", "mbpo_redq_resets": "MBPO-REDQ, resets"}
+"""The charts' names, the field's (LABELS, with the settings, stay in the JSON); a learner missing here is drawn
+under its LABELS entry."""
 KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
 """What --results keeps of a finished run (small text files; no checkpoints)."""
+PUBLISHED_AS = {"redq": "redq", "droq": "droq", "crossq": "crossq", "sac": "sb3"}
+"""Our learner that each published curve (published.json's keys) is drawn beside, in the same colour: SB3 SAC for
+SAC at one update per step."""
 PAPER_FILE = ROOT / "docs" / "results" / "locomotion" / "mbpo_paper.json"
 """The MBPO paper's curves, where known: ``{env_id: {"source": ..., "env_steps": [...], "return": [...],
 "std": [...]}}``; env steps count the random ones, as ours do."""
@@ -228,9 +257,121 @@ def last_evals_mean(evals: dict[int, float]) -> float | None:
     return round(statistics.fmean(evals[s] for s in sorted(evals)[-LAST_EVALS:]), 1)
 
 
-def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
+Rliable = tuple[Any, Any]
+"""``(rliable.library, rliable.metrics)``."""
+
+
+def load_rliable() -> Rliable | str:
+    """rliable's library and metrics, or the note that says why there are no intervals: a report after hours of
+    runs is not worth failing for its intervals (arch 7 under pandas 3, say, fails on import with a TypeError).
+    """
+    try:
+        from rliable import library, metrics
+    except Exception as exc:  # noqa: BLE001 - whatever the import raised is named in the note
+        return f"{INTERVALS_NEED} ({type(exc).__name__}: {' '.join(str(exc).split())})"
+    return library, metrics
+
+
+@contextmanager
+def _numpy_seeded(seed: int) -> Iterator[None]:
+    """rliable 1.2 resamples with ``np.random.choice``, numpy's global generator, whatever ``random_state`` it is
+    given (arch only deprecates that argument): seed the global generator for the call, and put it back after.
+    """
+    import numpy as np
+
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def interval(library: Any, scores: Any, func: Callable[..., Any], reps: int) -> Any:
+    """rliable's 95% stratified-bootstrap percentile interval of ``func`` (which returns a 1-D array) on ``scores``
+    (an array of shape ``(seeds, tasks, ...)``, or a list of such arrays resampled apart): an array of shape
+    ``(2, len(func(scores)))``, lows then highs, the same for the same input.
+    """
+    with _numpy_seeded(BOOTSTRAP_SEED):
+        _, ci = library.get_interval_estimates({"x": scores}, func, reps=reps, confidence_interval_size=CONFIDENCE)
+    return ci["x"].reshape(2, -1)
+
+
+def score_estimates(scores: Sequence[float], reps: int | None, stats: Rliable | str) -> dict[str, Any]:
+    """The mean and the IQM (the mean of the middle half; Agarwal et al. 2021) of a learner's seed scores, each
+    with its interval (:func:`interval` on one task: a ``(seeds, 1)`` score matrix). Under two seeds an interval
+    is None (every resample is the one score again); without rliable the mean stands alone.
+    """
+    out: dict[str, Any] = {"mean_score": round(statistics.fmean(scores), 1) if scores else None,
+                           "mean_score_ci": None, "iqm_score": None, "iqm_score_ci": None}
+    if not scores or isinstance(stats, str):
+        return out
+    import numpy as np
+
+    library, metrics = stats
+    matrix = np.asarray(scores, dtype=float)[:, None]
+    for name, aggregate in (("mean", metrics.aggregate_mean), ("iqm", metrics.aggregate_iqm)):
+        out[f"{name}_score"] = round(float(aggregate(matrix)), 1)
+        if len(scores) >= 2:
+            low, high = interval(library, matrix, lambda m, f=aggregate: np.array([f(m)]),
+                                 BOOTSTRAP_REPS if reps is None else reps)[:, 0]
+            out[f"{name}_score_ci"] = [round(float(low), 1), round(float(high), 1)]
+    return out
+
+
+def improvement(of: dict[int, float], over: dict[int, float], reps: int | None,
+                stats: Rliable | str) -> dict[str, Any]:
+    """The probability of improvement of one learner over another (rliable: P(a seed's score of the first is
+    above a seed's of the second), the Mann-Whitney U statistic over every pair), on the seeds both have done,
+    with its interval (each learner's seeds resampled apart: rliable's StratifiedIndependentBootstrap).
+    """
+    seeds = sorted(of.keys() & over.keys())
+    out: dict[str, Any] = {"seeds": seeds, "probability": None, "ci": None}
+    if not seeds or isinstance(stats, str):
+        return out
+    import numpy as np
+
+    library, metrics = stats
+    x, y = (np.asarray([scores[s] for s in seeds], dtype=float)[:, None] for scores in (of, over))
+    out["probability"] = round(float(metrics.probability_of_improvement(x, y)), 3)
+    if len(seeds) >= 2:
+        low, high = interval(library, [x, y], lambda a, b: np.array([metrics.probability_of_improvement(a, b)]),
+                             POI_REPS if reps is None else reps)[:, 0]
+        out["ci"] = [round(float(low), 3), round(float(high), 3)]
+    return out
+
+
+def seed_of(run_dir: Path) -> int:
+    """The seed in a run dir's name (``<learner>-s<seed>``, :func:`run_dir_of`)."""
+    return int(run_dir.name.rsplit("-s", 1)[1])
+
+
+def question_learners(learners: dict[str, Any], best: str = BEST_MBPO) -> list[str]:
+    """The learners of the charts' question panel: REDQ, ``best``, and each other MBPO with REDQ's critic that has
+    three seeds done at STEPS; in a run root of screens (no run at STEPS), every one of them.
+    """
+    screens = not any(full_length(summary) for summary in learners.values())
+    return [m for m in (PEER, best) if m in learners] + [
+        m for m in learners if m.startswith(BEST_MBPO) and m not in (PEER, best)
+        and (screens or full_length(learners[m]) >= 3)]
+
+
+def full_length(summary: dict[str, Any]) -> int:
+    """How many of a learner's runs are done at STEPS (a screen's runs stop at 15,000)."""
+    return sum(r["done"] and r["env_steps"] >= STEPS - EVAL_EVERY // 2 for r in summary.get("runs", []))
+
+
+def done_scores(summary: dict[str, Any]) -> dict[int, float]:
+    """A learner's score per done seed (:func:`summarize`'s runs)."""
+    return {r["seed"]: r["score"] for r in summary.get("runs", []) if r["done"] and r["score"] is not None}
+
+
+def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
+              stats: Rliable | str | None = None) -> dict[str, Any]:
     """A learner's figures over its run dirs that have evaluations; a seed not run (no dir) is left out, and
-    a run not evaluated yet or unreadable is left out with a note on stderr naming it and why.
+    a run not evaluated yet or unreadable is left out with a note on stderr naming it and why. The score's mean
+    and IQM over the done seeds come with their intervals (:func:`score_estimates`, ``reps`` resamples, default
+    BOOTSTRAP_REPS; ``stats`` as :func:`load_rliable` returns it, loaded here when not given).
     """
     from mbpo.run.metrics import note_passed_over, read_runs
     from mbpo.run.throughput import steady_rate
@@ -242,7 +383,8 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
         evals = {int(r["env_steps"]): float(r["eval_return"]) for r in rows if r.get("eval_return")}
         last = rows[-1]
         run: dict[str, Any] = {
-            "run_dir": str(run_dir), "env_steps": int(last["env_steps"]), "wall_s": float(last["wall_s"]),
+            "run_dir": str(run_dir), "seed": seed_of(run_dir), "env_steps": int(last["env_steps"]),
+            "wall_s": float(last["wall_s"]),
             "cpu_s": _float(last.get("cpu_s")),  # None for runs logged before metrics.csv had it
             "done": _done(run_dir), "returns": returns_at(evals),
             "score": last_evals_mean(evals), "cpu_flags": _cpu_flags(run_dir),
@@ -263,6 +405,10 @@ def summarize(learner: str, run_dirs: list[Path]) -> dict[str, Any]:
     scores = [r["score"] for r in runs if r["done"] and r["score"] is not None]
     out["median_score"] = round(statistics.median(scores), 1) if scores else None
     out["score_range"] = [min(scores), max(scores)] if scores else None
+    by_seed = done_scores(out)
+    out["score_seeds"] = sorted(by_seed)
+    out |= score_estimates([by_seed[s] for s in sorted(by_seed)], reps,
+                           load_rliable() if stats is None else stats)
     walls = [r["wall_s"] for r in runs if r["done"]]
     out["median_wall_s"] = round(statistics.median(walls), 1) if walls else None
     cpus = [r["cpu_s"] for r in runs if r["done"]]
@@ -307,43 +453,134 @@ def published_curves(env_id: str) -> dict[str, Any]:
     return found
 
 
-def draw(env: str, runs: list[Run], out: Path, paper: dict[str, Any] | None,
-         published: dict[str, Any] | None = None) -> Path:
-    from mbpo.run.plotting import _pyplot, curves
+def intervals_record(stats: Rliable | str, reps: int | None) -> dict[str, Any]:
+    """How the report's intervals were computed, or the note that says why there are none."""
+    if isinstance(stats, str):
+        return {"note": stats}
+    from importlib.metadata import version
+
+    return {"by": f"rliable {version('rliable')} get_interval_estimates: stratified bootstrap over seeds, percentile",
+            "confidence": CONFIDENCE, "reps": BOOTSTRAP_REPS if reps is None else reps,
+            "probability_of_improvement_reps": POI_REPS if reps is None else reps,
+            "chart_reps": CHART_REPS if reps is None else reps, "numpy_seed": BOOTSTRAP_SEED}
+
+
+def mean_curve(runs: list[Run], reps: int, stats: Rliable | str) -> dict[str, Any] | None:
+    """A learner's mean over seeds at each evaluation (runs aligned as ``mbpo plot`` aligns them: :func:`curves`)
+    and its 95% bootstrap band, ``(lows, highs)`` (None under two seeds or without rliable); None without points.
+    """
+    from mbpo.run.plotting import curves
+
+    found = list(curves([replace(r, label="one learner") for r in runs]).values())
+    if not found:
+        return None
+    c = found[0]
+    band = None
+    if len(c["seeds"]) >= 2 and not isinstance(stats, str):
+        import numpy as np
+
+        matrix = np.asarray(c["values"], dtype=float).T[:, None, :]  # (seeds, 1 task, evaluations)
+        band = interval(stats[0], matrix, lambda m: np.mean(m, axis=(0, 1)), reps)
+    return {"x": c["x"], "mean": [statistics.fmean(v) for v in c["values"]], "band": band, "seeds": len(c["seeds"])}
+
+
+def draw(env: str, runs: dict[str, list[Run]], out: Path, paper: dict[str, Any] | None,
+         published: dict[str, Any] | None = None, question: Sequence[str] = (PEER, BEST_MBPO),
+         summaries: dict[str, Any] | None = None, reps: int = CHART_REPS,
+         stats: Rliable | str | None = None) -> Path:
+    """The answer on one figure, each learner of ours as its mean over seeds with its 95% bootstrap band: on top
+    the question (``question``: REDQ against MBPO with REDQ's critic), the legend carrying each one's mean score
+    and its interval (``summaries``: :func:`summarize`'s); below left the published curves with our first two
+    means; below right our other learners, REDQ's mean for reference. A run root of screens (shorter runs) is
+    drawn on its own length, without the 30k target.
+    """
+    from mbpo.run.plotting import _pyplot
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5.4))
-    for label, c in curves(runs).items():
-        k = len(c["seeds"])
-        line, = ax.plot(c["x"], c["median"], "o-", ms=3, label=f"{label} ({k} seed{'s' if k > 1 else ''})")
-        if k > 1:
-            ax.fill_between(c["x"], c["low"], c["high"], color=line.get_color(), alpha=0.2)
+    stats = load_rliable() if stats is None else stats
+    means = {m: c for m, rs in runs.items() if rs and (c := mean_curve(rs, reps, stats)) is not None}
+    shown = [m for m in question if m in means]
+    others = [m for m in means if m not in shown]
+    tab20 = plt.get_cmap("tab20").colors
+    palette = [tab20[i] for i in (*range(0, 20, 2), *range(1, 20, 2))]  # the ten dark ones first
+    colors = {m: palette[i % 20] for i, m in enumerate(shown + others)}
+    end = max((c["x"][-1] for c in means.values()), default=STEPS)
+    full = end >= STEPS - EVAL_EVERY // 2
+
+    def name(m: str) -> str:
+        return NAMES.get(m, LABELS[m])
+
+    def line(ax: Any, m: str, label: str, band: bool = True, **style: Any) -> None:
+        c = means[m]
+        ax.plot(c["x"], c["mean"], label=label, color=colors[m], **({"marker": "o", "ms": 3} | style))
+        if band and c["band"] is not None:
+            ax.fill_between(c["x"], c["band"][0], c["band"][1], color=colors[m], alpha=0.18, lw=0)
+
+    fig = plt.figure(figsize=(12, 10), layout="constrained")
+    grid = fig.add_gridspec(2, 2, height_ratios=(1.2, 1))
+    top = fig.add_subplot(grid[0, :])
+    left = fig.add_subplot(grid[1, 0], sharey=top)  # its own x: the published curves run to 33k and beyond
+    right = fig.add_subplot(grid[1, 1], sharex=top, sharey=top)
+    for m in shown:
+        k, score = means[m]["seeds"], (summaries or {}).get(m, {})
+        label = f"{name(m)} ({k} seed{'s' if k > 1 else ''})"
+        if score.get("mean_score") is not None:
+            ci = score.get("mean_score_ci")
+            label += f": mean score {score['mean_score']:,.0f}" + (f" [{ci[0]:,.0f}, {ci[1]:,.0f}]" if ci else "")
+        line(top, m, label, lw=2)
+    if full and shown:
+        top.axhline(SCORE_TARGETS[env], color="grey", ls="--", lw=0.9,
+                    label=f"target for MBPO's mean score at {STEPS:,}: {SCORE_TARGETS[env]:,.0f}")
+    top.set_title("Does the model pay against its own critic? REDQ against MBPO with REDQ's critic "
+                  f"(score: mean of the last {LAST_EVALS} evaluations, its 95% interval)", fontsize=10)
     if paper is not None:
-        keep = [i for i, x in enumerate(paper["env_steps"]) if x <= STEPS + 2_000]
+        keep = [i for i, x in enumerate(paper["env_steps"]) if x <= end + 2_000]
         x, y, sd = ([paper[k][i] for i in keep] for k in ("env_steps", "return", "std"))
-        ax.plot(x, y, "k--", lw=1.2, label=f"MBPO paper ({paper['source_short']}), mean and std")
-        ax.fill_between(x, [a - b for a, b in zip(y, sd, strict=True)], [a + b for a, b in zip(y, sd, strict=True)],
-                        color="k", alpha=0.08)
-    for curve in (published or {}).values():
-        keep = [i for i, x in enumerate(curve["env_steps"]) if x <= STEPS + 4_000]
-        ax.plot([curve["env_steps"][i] for i in keep], [curve["mean"][i] for i in keep], ":", marker="x", ms=4,
-                lw=1.0, label=f"{curve['label']}, mean of {max(curve['seeds'])} seeds")
-    ax.axvline(RANDOM_STEPS, color="grey", lw=0.6, ls=":")
-    ax.set_xlabel("env steps (including the 5,000 random ones)")
-    ax.set_ylabel("evaluation return (10 episodes)")
-    ax.set_title(f"{ENVS[env]}: median and range over seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+        left.plot(x, y, "k--", lw=1.2, label=f"MBPO paper ({paper['source_short']}), mean and std")
+        left.fill_between(x, [a - b for a, b in zip(y, sd, strict=True)],
+                          [a + b for a, b in zip(y, sd, strict=True)], color="k", alpha=0.08)
+    spare = iter(c for c in palette if c not in colors.values())
+    for method, curve in (published or {}).items():
+        keep = [i for i, x in enumerate(curve["env_steps"]) if x <= end + 4_000]
+        ours = PUBLISHED_AS.get(method)  # the published curve in our learner's colour, where we ran it
+        left.plot([curve["env_steps"][i] for i in keep], [curve["mean"][i] for i in keep], ":", marker="x", ms=4,
+                  lw=1.0, color=colors[ours] if ours in colors else next(spare),
+                  label=f"{curve['label']}, mean of {max(curve['seeds'])} seeds")
+    for m in shown[:2]:
+        line(left, m, f"{name(m)} (ours), mean of {means[m]['seeds']} seed{'s' if means[m]['seeds'] > 1 else ''}",
+             band=False, ms=2, lw=1.4)
+    left.set_title("Published curves (their code, gym -v2 and -v4), ours beside them", fontsize=10)
+    for m in others:
+        k = means[m]["seeds"]
+        line(right, m, f"{name(m)} ({k} seed{'s' if k > 1 else ''})", ms=2, lw=1.2)
+    if PEER in means:
+        right.plot(means[PEER]["x"], means[PEER]["mean"], color="grey", lw=1.0, ls="--",
+                   label=f"{name(PEER)} (top), for reference")
+    right.set_title("Our other learners", fontsize=10)
+    for ax in (top, left, right):
+        ax.axvline(RANDOM_STEPS, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel("env steps (including the 5,000 random ones)", fontsize=9)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8 if ax is top else 7, loc="upper left")
+    top.set_ylabel("evaluation return (10 episodes)")
+    left.set_ylabel("evaluation return (10 episodes)")
+    bands = "95% bootstrap band (rliable)" if not isinstance(stats, str) else f"no bands: {INTERVALS_NEED}"
+    what = f"{end:,.0f} env steps" + ("" if full else ", screens")
+    top.set_xlim(0, end + EVAL_EVERY // 2)
+    fig.suptitle(f"{ENVS[env]} ({what}): each learner's mean over seeds, {bands}", fontsize=12)
     fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
 
 
 def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
-           charts: Path | None = None) -> dict[str, Any]:
-    """The JSON line: every learner's runs and median score, the compute cost of each against today's MBPO, the
-    published curves' figures at 30k, the targets; and the charts, drawn into ``charts`` (the run root by
-    default; docs/img for the ones docs/benchmarks.md shows, so they cannot lag the committed runs).
+           charts: Path | None = None, reps: int | None = None) -> dict[str, Any]:
+    """The JSON line: every learner's runs and its median, mean and IQM score (the last two with intervals), the
+    compute cost of each against today's MBPO, the probability that ``best`` improves on REDQ, the published
+    curves' figures at 30k, the targets; and the charts, drawn into ``charts`` (the run root by default; docs/img
+    for the ones docs/benchmarks.md shows, so they cannot lag the committed runs). ``reps`` replaces every
+    bootstrap's number of resamples (BOOTSTRAP_REPS, POI_REPS, CHART_REPS), for quick tests.
     """
     from mbpo.run.metrics import note_passed_over
     from mbpo.run.plotting import load_runs, plot_model_health
@@ -351,10 +588,14 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     dirs = {learner: [run_dir_of(root, env, learner, s) for s in seeds] for learner in LEARNERS}
     result: dict[str, Any] = {"benchmark": "locomotion", "env": ENVS[env], "env_steps": STEPS,
                               "eval_every": EVAL_EVERY, "eval_episodes": EVAL_EPISODES, "seeds": seeds,
-                              "score": f"mean of the last {LAST_EVALS} evaluations", "machine": machine(),
-                              "learners": {}}
+                              "score": f"mean of the last {LAST_EVALS} evaluations", "machine": machine()}
+    stats = load_rliable()
+    result["intervals"] = intervals_record(stats, reps)
+    result["learners"] = {}
+    if isinstance(stats, str):
+        print(f"[locomotion] no intervals: {stats}; the JSON line has every other figure", file=sys.stderr)
     for learner in LEARNERS:
-        summary = summarize(learner, dirs[learner])
+        summary = summarize(learner, dirs[learner], reps, stats)
         if summary["runs"]:
             result["learners"][learner] = summary
     learners = result["learners"]
@@ -372,6 +613,9 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
         from published_curves import near
 
         result["published"] = {m: {"source": c["source"], "near_33333": near(c, 33_333)} for m, c in published.items()}
+    poi = {"of": best, "over": PEER,
+           **improvement(done_scores(learners.get(best, {})), done_scores(learners.get(PEER, {})), reps, stats)}
+    result["probability_of_improvement"] = poi
     summarized = [Path(r["run_dir"]) for summary in learners.values() for r in summary["runs"]]
     if summarized and importlib.util.find_spec("matplotlib") is None:
         # A chart is not worth a failed invocation: a queue of runs stops at a failed one.
@@ -383,7 +627,10 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
         charts = root if charts is None else charts
         charts.mkdir(parents=True, exist_ok=True)
         if runs:
-            result["plot"] = str(draw(env, runs, charts / f"{env}_learning_curves.png", paper, published))
+            by_learner = {m: [r for r in runs if r.path in dirs[m]] for m in learners}
+            result["plot"] = str(draw(env, by_learner, charts / f"{env}_learning_curves.png", paper, published,
+                                      question_learners(learners, best), learners,
+                                      CHART_REPS if reps is None else reps, stats))
         for learner in ("mbpo", best):
             model_runs = [r for r in runs if r.path in dirs[learner]]
             health = plot_model_health(model_runs, charts / f"{env}_{learner}_model_health.png") if model_runs else None
@@ -392,10 +639,16 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     sync_vs_async = async_against_sync(learners)
     if sync_vs_async:
         result["async_vs_sync"] = sync_vs_async
-    ours = learners.get(best, {}).get("median_score")
-    targets: dict[str, Any] = {"learner": best}
+    mine, peer = learners.get(best, {}), learners.get(PEER, {})
+    targets: dict[str, Any] = {"learner": best, "peer": PEER}
+    mean, iqm, peer_iqm = mine.get("mean_score"), mine.get("iqm_score"), peer.get("iqm_score")
+    judged = mean is not None and full_length(mine) == mine["seeds_done"]  # not a screen's shorter runs
+    targets[f"mean_at_least_{SCORE_TARGETS[env]:.0f}"] = mean >= SCORE_TARGETS[env] if judged else None
+    targets[f"iqm_at_least_{PEER}"] = None if iqm is None or peer_iqm is None else iqm >= peer_iqm
+    targets["improvement_lower_bound_above_0.5"] = None if poi["ci"] is None else poi["ci"][0] > 0.5
+    targets["five_paired_seeds"] = len(poi["seeds"]) >= 5
+    ours = mine.get("median_score")  # the ratios to each model-free learner stay on the median, as docs read them
     if ours is not None:
-        targets[f"score_at_least_{SCORE_TARGETS[env]:.0f}"] = ours >= SCORE_TARGETS[env]
         peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")}
         targets["at_least_every_model_free"] = all(ours >= v for v in peers.values()) if peers else None
         targets["over_each_model_free"] = {m: round(ours / v, 3) for m, v in peers.items() if v > 0}

@@ -176,8 +176,9 @@ def _points(run: Run, x: str, y: str) -> list[tuple[float, float]]:
 
 def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
     """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, aligned by row index
-    among the rows that have ``y``) and ``seeds``. Runs that differ only in their seed share a label, so they
-    make one curve. Run dirs that cannot be drawn are passed over with a note (:func:`load_runs`).
+    among the rows that have ``y``), ``values`` (each point's values, one per seed: for other statistics) and
+    ``seeds``. Runs that differ only in their seed share a label, so they make one curve. Run dirs that cannot
+    be drawn are passed over with a note (:func:`load_runs`).
     """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
@@ -196,7 +197,7 @@ def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> d
         ys = [[c[i][1] for c in runs] for i in range(n)]
         out[label] = {"x": [statistics.median(c[i][0] for c in runs) for i in range(n)],
                       "median": [statistics.median(v) for v in ys], "low": [min(v) for v in ys],
-                      "high": [max(v) for v in ys], "seeds": seeds[label]}
+                      "high": [max(v) for v in ys], "values": ys, "seeds": seeds[label]}
     return out
 
 

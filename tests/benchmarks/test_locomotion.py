@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,6 +18,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import locomotion  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
+needs_rliable = pytest.mark.skipif(isinstance(locomotion.load_rliable(), str),
+                                   reason="rliable (the bench extra) does not import here")
+
+
+@pytest.fixture(autouse=True)
+def few_resamples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bootstrap of the report with 300 resamples, not rliable's 50,000: a second, not a minute."""
+    for name in ("BOOTSTRAP_REPS", "POI_REPS", "CHART_REPS"):
+        monkeypatch.setattr(locomotion, name, 300)
 
 
 def finished_run(run_dir: Path, returns: list[float], wall_per_eval: float = 10.0,
@@ -137,3 +149,115 @@ def test_report_only_on_a_root_without_runs_is_one_line_and_exit_2(
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith(f"error: --run-root {root} ")
     assert ("does not exist" if missing == "root" else "has no hopper folder") in captured.err
+
+
+def scored_run(root: Path, learner: str, seed: int, score: float, evals: int = 11) -> None:
+    """A finished Hopper run whose last three evaluations (of ``evals``, from 5,000 env steps) are ``score``."""
+    finished_run(root / "hopper" / f"{learner}-s{seed}", [0.0] * (evals - 3) + [score] * 3)
+
+
+@needs_rliable
+def test_mean_and_iqm_come_with_intervals_that_hold_them_and_are_the_same_on_every_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rliable 1.2 resamples from numpy's global generator whatever random_state it is given: the report seeds
+    that generator for each bootstrap, and leaves the caller's state as it found it.
+    """
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    scores = [300.0, 2_400.0, 900.0, 1_500.0, 1_200.0]
+    for seed, score in enumerate(scores):
+        scored_run(tmp_path, "mbpo_redq", seed, score)
+    np.random.seed(123)
+    caller = np.random.get_state()[1].copy()
+    first = locomotion.report("hopper", tmp_path, list(range(5)))
+    assert (np.random.get_state()[1] == caller).all()
+    np.random.seed(7)  # another caller's state: the same intervals
+    second = locomotion.report("hopper", tmp_path, list(range(5)))
+    summary = first["learners"]["mbpo_redq"]
+    assert summary["score_seeds"] == [0, 1, 2, 3, 4]
+    assert (summary["mean_score"], summary["iqm_score"]) == (1_260.0, 1_200.0)  # IQM: 900, 1,200 and 1,500
+    for name in ("mean", "iqm"):
+        low, high = summary[f"{name}_score_ci"]
+        assert min(scores) <= low < summary[f"{name}_score"] < high <= max(scores)
+    assert summary["median_score"] == 1_200.0  # kept beside them: the docs read it
+    assert second["learners"] == first["learners"]
+    assert first["intervals"]["reps"] == 300 and first["intervals"]["confidence"] == 0.95
+
+
+@needs_rliable
+def test_a_learner_above_redq_on_every_seed_improves_on_it_with_probability_one_on_the_seeds_both_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for seed in range(5):
+        scored_run(tmp_path, "mbpo_redq", seed, 2_000.0 + 100 * seed)
+        scored_run(tmp_path, "redq", seed, 1_000.0 + 100 * seed)
+    scored_run(tmp_path, "redq", 5, 5_000.0)  # a seed MBPO has not run: paired, it would pull the probability down
+    result = locomotion.report("hopper", tmp_path, list(range(6)))
+    assert result["probability_of_improvement"] == {"of": "mbpo_redq", "over": "redq", "seeds": [0, 1, 2, 3, 4],
+                                                    "probability": 1.0, "ci": [1.0, 1.0]}
+    targets = result["targets"]
+    assert (targets["mean_at_least_1850"], targets["iqm_at_least_redq"], targets["improvement_lower_bound_above_0.5"],
+            targets["five_paired_seeds"]) == (True, True, True, True)  # IQMs 2,200 and 1,250 (seed 5 trimmed)
+    assert targets["over_each_model_free"]["redq"] == round(2_200.0 / 1_250.0, 3)  # the medians, as before
+
+
+@needs_rliable
+def test_under_two_seeds_the_estimates_stand_without_intervals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    scored_run(tmp_path, "mbpo_redq", 0, 1_500.0)
+    scored_run(tmp_path, "redq", 0, 1_000.0)
+    result = locomotion.report("hopper", tmp_path, [0])
+    summary = result["learners"]["mbpo_redq"]
+    assert (summary["mean_score"], summary["mean_score_ci"], summary["iqm_score"], summary["iqm_score_ci"]) == (
+        1_500.0, None, 1_500.0, None)
+    assert result["probability_of_improvement"]["probability"] == 1.0
+    assert result["probability_of_improvement"]["ci"] is None
+    assert result["targets"]["improvement_lower_bound_above_0.5"] is None
+
+
+def test_without_rliable_the_json_line_says_how_to_get_intervals_and_keeps_every_other_figure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A queue of runs stops at a failed invocation: a missing bench extra costs the intervals, nothing else."""
+    monkeypatch.setitem(sys.modules, "rliable", None)  # what import sees without the package
+    for seed, score in enumerate([900.0, 1_500.0, 1_200.0]):
+        scored_run(tmp_path, "mbpo_redq", seed, score)
+        scored_run(tmp_path, "redq", seed, score - 100.0)
+    monkeypatch.setattr(sys, "argv", ["locomotion.py", "--report-only", "--run-root", str(tmp_path),
+                                      "--charts", str(tmp_path / "img")])
+    locomotion.main()
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["intervals"] == {"note": "intervals need rliable: pip install -e '.[bench]' (ModuleNotFoundError: "
+                                           "import of rliable halted; None in sys.modules)"}
+    summary = result["learners"]["mbpo_redq"]
+    assert (summary["mean_score"], summary["median_score"]) == (1_200.0, 1_200.0)
+    assert summary["iqm_score"] is summary["mean_score_ci"] is summary["iqm_score_ci"] is None
+    assert result["probability_of_improvement"]["probability"] is None
+    assert result["targets"]["mean_at_least_1850"] is False and result["targets"]["iqm_at_least_redq"] is None
+    notes = [line for line in captured.err.splitlines() if "no intervals" in line]
+    assert len(notes) == 1 and "pip install -e '.[bench]'" in notes[0]
+    assert ("plot" in result) == (importlib.util.find_spec("matplotlib") is not None)  # drawn without bands
+
+
+def test_the_question_panel_holds_redq_the_best_mbpo_and_each_variant_with_three_seeds_at_30k() -> None:
+    def runs(done: int, env_steps: int = locomotion.STEPS) -> dict[str, object]:
+        return {"runs": [{"done": True, "env_steps": env_steps}] * done}
+
+    learners = {"mbpo": runs(3), "redq": runs(3), "mbpo_redq": runs(3), "mbpo_redq_masked": runs(3),
+                "mbpo_redq_macura": runs(2), "crossq": runs(3)}
+    assert locomotion.question_learners(learners) == ["redq", "mbpo_redq", "mbpo_redq_masked"]
+    screens = {"mbpo_redq": runs(1, 15_000), "mbpo_redq_macura": runs(2, 15_000), "mbpo": runs(2, 15_000)}
+    assert locomotion.question_learners(screens) == ["mbpo_redq", "mbpo_redq_macura"]  # a screen: every idea
+
+
+def test_screens_are_reported_on_their_own_length_and_not_judged_against_the_30k_target(tmp_path: Path) -> None:
+    """docs/results/screens holds 15,000-step runs: drawn apart, their score is no answer to the 30k target."""
+    pytest.importorskip("matplotlib")
+    for seed in (0, 1):
+        scored_run(tmp_path, "mbpo_redq", seed, 2_000.0, evals=5)  # 5,000 to 15,000 env steps
+        scored_run(tmp_path, "mbpo_redq_real_half", seed, 2_100.0, evals=5)
+    result = locomotion.report("hopper", tmp_path, [0, 1], charts=tmp_path / "img")
+    assert result["learners"]["mbpo_redq"]["mean_score"] == 2_000.0
+    assert result["targets"]["mean_at_least_1850"] is None
+    assert Path(result["plot"]) == tmp_path / "img" / "hopper_learning_curves.png"
+    assert statistics.fmean([2_000.0, 2_100.0]) > locomotion.SCORE_TARGETS["hopper"]
+
