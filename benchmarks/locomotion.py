@@ -97,7 +97,10 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     "mbpo_redq_resets": ("mbpo_redq", ["agent.sac.reset_every=100000"]),  # every 5,000 env steps at utd 20
 }
 """Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""
-LEARNERS = (*CONFIGS, "sb3")
+LEARNERS = (*CONFIGS, "sb3", "crossq_sbx")
+RUNNABLE = (*CONFIGS, "sb3")
+"""What this script runs; ``crossq_sbx`` (the CrossQ authors' sbx code) runs with benchmarks/sbx_crossq.py in its
+own venv and is only read here."""
 LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 20, no model)",
           "sb3": "SB3 SAC (rl-zoo, utd 1)", "mbpo_sync": "MBPO-SAC (ours, utd 20, sync trainer)",
           "mbpo_lead0": "MBPO-SAC (ours, utd 20, lead not capped)",
@@ -108,12 +111,14 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "mbpo_redq_real_half": "MBPO with REDQ's critic, real_ratio 0.5 (ours, utd 20)",
           "mbpo_redq_nstep3": "MBPO with REDQ's critic, 3-step model rows on 3-step branches (ours, utd 20)",
           "mbpo_redq_macura": "MBPO with REDQ's critic, MACURA's rollouts up to 10 steps (ours, utd 20)",
-          "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 100,000 updates (ours, utd 20)"}
+          "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 100,000 updates (ours, utd 20)",
+          "crossq_sbx": "CrossQ, the authors' sbx code (utd 1, critics 2048 wide; benchmarks/sbx_crossq.py)"}
 NAMES = {"mbpo": "MBPO-SAC", "sac_same_ratio": "SAC (utd 20)", "sb3": "SB3 SAC", "mbpo_sync": "MBPO-SAC, sync trainer",
          "mbpo_lead0": "MBPO-SAC, lead not capped", "mbpo_redq": "MBPO-REDQ", "mbpo_droq": "MBPO-DroQ", "redq": "REDQ",
          "droq": "DroQ", "crossq": "CrossQ", "mbpo_redq_masked": "MBPO-REDQ, M2AC masking 0.5",
          "mbpo_redq_real_half": "MBPO-REDQ, real_ratio 0.5", "mbpo_redq_nstep3": "MBPO-REDQ, 3-step model rows",
-         "mbpo_redq_macura": "MBPO-REDQ, MACURA", "mbpo_redq_resets": "MBPO-REDQ, resets"}
+         "mbpo_redq_macura": "MBPO-REDQ, MACURA", "mbpo_redq_resets": "MBPO-REDQ, resets",
+         "crossq_sbx": "CrossQ (sbx, the authors' code)"}
 """The charts' names, the field's (LABELS, with the settings, stay in the JSON); a learner missing here is drawn
 under its LABELS entry."""
 KEPT = ("config.yaml", "metrics.csv", "run.json", "resumes.yaml")
@@ -695,7 +700,7 @@ def main() -> None:
     parser.add_argument("--env", choices=sorted(ENVS), default="hopper")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--run-root", type=Path, default=Path.home() / "mbpo-runs" / "locomotion")
-    parser.add_argument("--learners", nargs="+", choices=LEARNERS, default=["mbpo", "sac_same_ratio", "sb3"])
+    parser.add_argument("--learners", nargs="+", choices=RUNNABLE, default=["mbpo", "sac_same_ratio", "sb3"])
     parser.add_argument("--results", type=Path, default=None, help="copy finished runs' text files here")
     parser.add_argument("--report-only", action="store_true", help="summarize and plot what the run root holds")
     parser.add_argument("--best-mbpo", default=BEST_MBPO, choices=LEARNERS,
