@@ -373,6 +373,27 @@ def check_keep_runs(args: argparse.Namespace) -> None:
         raise SystemExit(2)
 
 
+MBPO_VS_SAC_TARGETS = {"env_steps": 0.5, "train_s": 2.0}
+"""Issue 52: MBPO scale within half of SAC scale's env steps to the threshold and twice its training seconds."""
+
+
+def mbpo_vs_sac(mbpo: dict[str, Any], sac: dict[str, Any]) -> dict[str, Any]:
+    """MBPO scale's env steps and training seconds to the threshold over SAC scale's (None where one did not
+    reach), against :data:`MBPO_VS_SAC_TARGETS`.
+    """
+    both = mbpo["reached"] and sac["reached"]
+    ratios = {k: (round(mbpo[f"{k}_to_threshold"] / max(sac[f"{k}_to_threshold"], 1e-9), 3) if both else None)
+              for k in MBPO_VS_SAC_TARGETS}
+    met = {k: ratios[k] is not None and ratios[k] <= bound for k, bound in MBPO_VS_SAC_TARGETS.items()}
+    return {**ratios, "targets": MBPO_VS_SAC_TARGETS, "targets_met": met}
+
+
+def fastest(results: dict[str, Any]) -> str | None:
+    """The learner that reached the threshold in the fewest training seconds at this run's sim cost (None: none)."""
+    reached = {name: r["train_s_to_threshold"] for name, r in results.items() if r["reached"]}
+    return min(reached, key=lambda name: reached[name]) if reached else None
+
+
 TARGETS = {"mbpo_scale": {"env_steps_vs_ppo": 0.01, "train_s_vs_ppo": 5.0},
            "sac_scale": {"env_steps_vs_ppo": 0.1, "train_s_vs_ppo": 3.0}}
 
@@ -429,6 +450,9 @@ def main() -> None:
                 name: {k: (entry["vs_ppo"][name][k] is not None and entry["vs_ppo"][name][k] <= bound)
                        for k, bound in t.items()}
                 for name, t in TARGETS.items() if name in entry["vs_ppo"]}
+        if {"mbpo_scale", "sac_scale"} <= results.keys():
+            entry["mbpo_vs_sac_scale"] = mbpo_vs_sac(results["mbpo_scale"], results["sac_scale"])
+        entry["fastest_to_threshold"] = fastest(results)
         report[env_name] = entry
     report["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report))

@@ -105,6 +105,22 @@ def test_the_report_gives_the_cost_and_each_learners_crossover(tmp_path: Path, m
     report = json.loads(capsys.readouterr().out)
     assert report["sim_cost_us"] == 25.0
     assert report["pendulum"]["crossover_us"] == {"sac_scale": 225.0, "mbpo_scale": None}
+    assert report["pendulum"]["fastest_to_threshold"] == "ppo"
+    assert report["pendulum"]["mbpo_vs_sac_scale"]["targets_met"] == {"env_steps": False, "train_s": False}
+
+
+def test_mbpo_against_sac_scale_is_two_ratios_with_issue_52s_bounds() -> None:
+    """MBPO at 30,000 env steps in 100 s against SAC at 70,000 in 60 s: 0.429x the env steps (within 0.5x),
+    1.667x the seconds (within 2x); the fastest is the one with the fewest training seconds.
+    """
+    def reached(n: int, t: float) -> dict[str, Any]:
+        return {"reached": True, "env_steps_to_threshold": n, "train_s_to_threshold": t}
+
+    out = vs_ppo.mbpo_vs_sac(reached(30_000, 100.0), reached(70_000, 60.0))
+    assert out["env_steps"] == 0.429 and out["train_s"] == 1.667
+    assert out["targets_met"] == {"env_steps": True, "train_s": True}
+    assert vs_ppo.fastest({"mbpo_scale": reached(30_000, 100.0), "sac_scale": reached(70_000, 60.0),
+                           "ppo": {"reached": False}}) == "sac_scale"
 
 
 def test_ppo_steps_the_slowed_env_and_the_baseline_is_unchanged_at_zero() -> None:
