@@ -24,19 +24,16 @@ import time
 import traceback
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
-import envs
-from envs import random_actions
 from mbpo.config import describe, load_config
 from mbpo.errors import MbpoError
-from mbpo.run.checkpoint import list_checkpoints
-from mbpo.run.logs import quiet_torchrl
-from mbpo.run.run_dir import RunLock, remove_if_never_started, safe_name
-from mbpo.runtime.supervisor import StopOnSignals
+
+if TYPE_CHECKING:
+    from mbpo.runtime.supervisor import StopOnSignals
+
+# torch, torchrl and envs are imported by the commands that use them, not here: a mistake in the command line or
+# the config is one line within a fraction of a second, not after seconds of imports.
 
 COMMANDS = ("train", "eval", "resume", "plot", "rollout")
 DEFAULT_CONFIG = "configs/pendulum_mbpo.yaml"
@@ -52,9 +49,12 @@ def _config_path(path: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    config = load_config(_config_path(args.config), args.overrides)
+    quiet_torchrl()
+    from mbpo.run.checkpoint import list_checkpoints
+    from mbpo.run.run_dir import RunLock, remove_if_never_started, safe_name
     from mbpo.trainers import make_trainer
 
-    config = load_config(_config_path(args.config), args.overrides)
     if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         config.run_dir = f"runs/{safe_name(config.env.id)}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
@@ -75,7 +75,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
                   f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
-            with StopOnSignals(threading.Event(), lambda: "during start-up: once the trainer is built") as early:
+            with stop_on_signals(lambda: "during start-up: once the trainer is built") as early:
                 trainer = make_trainer(config, run_dir)  # Ctrl-C here is held off until then: library code
                 if early.signum is not None:  # cut by KeyboardInterrupt can fail another way (omegaconf's does)
                     trainer.close()
@@ -119,7 +119,9 @@ def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    quiet_torchrl()
     from mbpo.run.metrics import MetricsLogger
+    from mbpo.run.run_dir import RunLock
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
     run_dir = Path(args.run_dir)
@@ -130,8 +132,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if what is not None:
         raise MbpoError(f"run dir {str(args.run_dir)!r} {what}; expected a directory written by "
                         "`python -m mbpo train`")
-    early = StopOnSignals(threading.Event(), lambda: "during start-up: once the trainer is built; the run is left "
-                                                     "as it was")
+    early = stop_on_signals(lambda: "during start-up: once the trainer is built; the run is left as it was")
     with RunLock(args.run_dir), early:  # the lock: held from before the checkpoint is read until the run ends
         try:
             trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint)
@@ -154,6 +155,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    quiet_torchrl()
+    import numpy as np
+
+    import envs
     from mbpo.agents import acting_config, make_agent
     from mbpo.config import config_from_yaml
     from mbpo.device.plan import DevicePlan
@@ -210,6 +215,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def rollout(env_id: str, num_envs: int, steps: int, device: str, seed: int) -> dict[str, float | int | str | None]:
     """Step ``num_envs`` envs with uniform random actions; return throughput and returns."""
+    import torch
+
+    import envs
+    from envs import random_actions
+
     env = envs.make(env_id, num_envs, device=device, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     actions = [random_actions(env, gen) for _ in range(min(steps, 64))]  # sampled off the clock
@@ -241,6 +251,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     for flag, value in (("--num-envs", args.num_envs), ("--steps", args.steps)):
         if value < 1:
             raise MbpoError(f"{flag} {value} is not allowed; expected at least 1")
+    quiet_torchrl()
     print("[mbpo] random-policy rollout: measures env throughput, does not train", file=sys.stderr)
     print(json.dumps(rollout(args.env, args.num_envs, args.steps, args.device, args.seed)))
     return 0
@@ -326,7 +337,6 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]  # default: train the default config
     argv = flags + _overrides_last(argv)
     args = build_parser().parse_args(argv)
-    quiet_torchrl()
     if args.help_config:
         for key, default, doc in describe():
             print(f"{key} = {default}\n    {doc}")
@@ -336,15 +346,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[mbpo] debug mode: {switches}", file=sys.stderr)
     try:
         return args.fn(args)
-    except USER_ERRORS as exc:  # a user's mistake: one line and exit 2; a bug keeps its traceback
-        if args.debug:  # --debug shows where it was raised too, and still exits 2: it is the same mistake
-            traceback.print_exc()
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 2
     except (Interrupted, KeyboardInterrupt) as exc:  # Ctrl-C outside a run's own handling (start-up, eval, plot):
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT  # one line, no traceback
         print(f"[mbpo] {signal.Signals(signum).name}: stopped", file=sys.stderr)
         return 128 + signum
+    except Exception as exc:
+        if not isinstance(exc, user_errors()):  # a bug keeps its traceback
+            raise
+        if args.debug:  # a user's mistake is one line and exit 2; --debug shows where it was raised too
+            traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 class Interrupted(Exception):
@@ -355,10 +367,31 @@ class Interrupted(Exception):
         self.signum = signum
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    MbpoError, envs.UnknownEnvError, envs.DeviceUnavailableError, envs.MissingExtraError, envs.EnvTooLargeError)
-"""What the CLI reports as ``error: <message>`` with exit 2 (mbpo's own MbpoError covers config, device plan,
-checkpoint and run-dir mistakes; envs never imports mbpo, so its user errors are listed here)."""
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What the CLI reports as ``error: <message>`` with exit 2 (mbpo's own MbpoError covers config, device plan,
+    checkpoint and run-dir mistakes; envs never imports mbpo, so its user errors are listed here, once envs is
+    imported: an error raised before that is not one of them).
+    """
+    if "envs" not in sys.modules:
+        return (MbpoError,)
+    import envs
+
+    return (MbpoError, envs.UnknownEnvError, envs.DeviceUnavailableError, envs.MissingExtraError,
+            envs.EnvTooLargeError)
+
+
+def quiet_torchrl() -> None:
+    """mbpo.run.logs.quiet_torchrl (it imports torchrl), for the commands that load it."""
+    from mbpo.run.logs import quiet_torchrl as quiet
+
+    quiet()
+
+
+def stop_on_signals(when: Any) -> StopOnSignals:
+    """A start-up's signal guard (mbpo.runtime.supervisor, imported with the trainer's modules)."""
+    from mbpo.runtime.supervisor import StopOnSignals
+
+    return StopOnSignals(threading.Event(), when)
 
 
 def one_line(exc: BaseException) -> str:

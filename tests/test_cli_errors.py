@@ -199,3 +199,14 @@ def test_rollout_refuses_what_it_cannot_run(flag: str, value: str, capsys: pytes
 
     assert cli.main(["rollout", flag, value, "--device", "cpu"]) == 2
     assert f"error: {flag} {value} is not allowed; expected at least 1" in capsys.readouterr().err
+
+
+def test_a_config_mistake_is_reported_before_torch_is_imported() -> None:
+    """The CLI imports torch, torchrl and envs in the commands that use them: a mistake on the command line or in
+    the config is its one line without seconds of imports first (and a subprocess test of one stays cheap).
+    """
+    probe = ("import sys; from mbpo.cli import main; code = main(['train', 'env.num_envs=0']); "
+             "print(code, sorted(m for m in ('torch', 'torchrl', 'envs') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert result.stdout.split("\n")[0] == "2 []", (result.stdout, result.stderr[-2000:])
+    assert result.stderr.splitlines()[-1] == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
