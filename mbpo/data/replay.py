@@ -169,7 +169,7 @@ def first_step_view(data: TensorDictBase) -> TensorDictBase:
     """
     if FIRST_STEP[REWARD] not in data.keys():
         return data
-    view = data.exclude(*FIRST_STEP.values(), "discount")
+    view = data.exclude(*FIRST_STEP.values(), DISCOUNT)
     for key, first in FIRST_STEP.items():
         if first in data.keys():
             view[key] = data[first]
