@@ -11,6 +11,9 @@ With ``keep_first_step`` (MBPO with n-step returns), each n-step row also keeps 
 observation and termination (mbpo.data.replay.FIRST_STEP): the learner reads the n-step fields and the dynamics
 model, which learns one step, reads the first step's (``first_step_view``). Every 1-step transition still lands
 in the replay buffer exactly once.
+
+The windows still open are state: the sync trainer's checkpoint holds them (``state_dict``), so its resume is
+exact; a resume that starts new episodes ends them as time-outs at their last step (``flush``), losing none.
 """
 
 from __future__ import annotations
@@ -64,6 +67,39 @@ class NStepBuilder:
             out.append(self._emit(start, step, ret, emit, d + 1))
         self._age = torch.where(done | ~keep, torch.zeros_like(self._age), self._age)
         return torch.cat(out)
+
+    def flush(self) -> TensorDict | None:
+        """End every pending window as a time-out at the newest step (the run cut the episodes: their envs start
+        new ones), so that no collected step is lost; None if nothing was pushed.
+        """
+        if self._ring is None or self.n == 1:
+            return None
+        assert self._age is not None
+        newest = self._ring[(self._t - 1) % self.n]
+        out = []
+        ret = torch.zeros(newest.shape[0], dtype=torch.float32, device=newest.device)
+        for d in range(self.n - 1):  # the window of start t - (n - 1) closed with the newest push
+            start = self._ring[(self._t - 1 - d) % self.n]
+            ret = start[REWARD] + self.gamma * ret
+            out.append(self._emit(start, newest, ret, d < self._age, d + 1))
+        self._age = torch.zeros_like(self._age)
+        return torch.cat(out)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pending windows, so that a resume goes on with them (plain tensors: checkpoints load weights-only)."""
+        if self._ring is None:
+            return {"t": self._t}
+        assert self._age is not None
+        return {"t": self._t, "age": self._age.cpu(), "ring": self._ring.cpu().to_dict(),
+                "ring_shape": list(self._ring.shape)}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+        self._t = int(state["t"])
+        if "ring" not in state:
+            self._ring, self._age = None, None
+            return
+        self._ring = TensorDict(state["ring"], batch_size=state["ring_shape"]).to(device)
+        self._age = state["age"].to(device)
 
     def _emit(self, start: TensorDict, end: TensorDict, ret: torch.Tensor, emit: torch.Tensor, m: int) -> TensorDict:
         """The m-step transitions of the envs in ``emit``: from ``start``, ending with ``end``."""

@@ -197,6 +197,7 @@ class SyncTrainer(Trainer):
             "obs": None if self._obs is None or self._env_ahead else self._obs.cpu(),
             "action_generator": self._action_generator.get_state(),
             "env_ahead": self._env_ahead,
+            "n_step": None if self._n_step is None else self._n_step.state_dict(),
         }
         state["env"] = self.env.state_dict() if hasattr(self.env, "state_dict") and not self._env_ahead else None
         return state
@@ -206,10 +207,15 @@ class SyncTrainer(Trainer):
         t = state["trainer"]
         self._episode_return = t["episode_return"].clone()
         self._action_generator.set_state(t["action_generator"])
+        if self._n_step is not None and t.get("n_step") is not None:  # None: an mbpo that did not save them
+            self._n_step.load_state_dict(t["n_step"], self.env.device)
         if state["env"] is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self._obs = t["obs"].to(self.env.device)
         else:
+            pending = None if self._n_step is None else self._n_step.flush()
+            if pending is not None and pending.shape[0]:  # the cut episodes' last steps, as time-outs
+                self.buffer.extend(pending)
             why = ("the run stopped on an env step it did not store" if t.get("env_ahead")
                    else f"{self.config.env.id} cannot save its simulator state")
             warnings.warn(f"{why}: the resumed run starts new episodes, so it is not bit-identical to an "

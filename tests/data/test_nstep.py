@@ -98,3 +98,50 @@ def test_a_dropped_row_ends_its_envs_pending_starts_and_emits_no_nan() -> None:
     starts = {e: sorted(int(t) for env, t in out[OBS].tolist() if int(env) == e) for e in (0, 1)}
     # env 0: only the window that closed before the dropped step (t=3); its later steps start anew
     assert starts == {0: [0], 1: [0, 1, 2, 3]}
+
+
+def emitted(out: TensorDict) -> dict[tuple[int, int], tuple]:
+    return {(int(out[OBS][i, 0]), int(out[OBS][i, 1])): (float(out[REWARD][i]), float(out[NEXT_OBS][i, 1]),
+                                                         bool(out[TERMINATED][i]), float(out[DISCOUNT][i]))
+            for i in range(out.shape[0])}
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_flush_ends_the_pending_windows_as_time_outs_at_the_newest_step(n: int) -> None:
+    """A run cut mid-episode (a resume that cannot restore the simulator) loses none of its steps: what flush
+    emits is what the stream would have given had every episode timed out at its last step.
+    """
+    gamma, data = 0.9, stream(num_envs=5, steps=30, seed=4)
+    builder, got = NStepBuilder(n, gamma), {}
+    for step, truncated in data:
+        got |= emitted(builder.push(step, truncated))
+    pending = builder.flush()
+    if n == 1:
+        assert pending is None
+    else:
+        assert pending is not None and pending.shape[0] > 0
+        assert not got.keys() & emitted(pending).keys()
+        got |= emitted(pending)
+    cut = [*data[:-1], (data[-1][0], torch.ones_like(data[-1][1]))]
+    expected = brute_force(cut, n, gamma)
+    assert got.keys() == expected.keys()
+    for key, (ret, next_t, terminated, discount) in expected.items():
+        assert got[key][0] == pytest.approx(ret, abs=1e-5) and got[key][1:3] == (next_t, terminated), key
+        assert got[key][3] == pytest.approx(discount, rel=1e-6), key
+    assert builder.flush() is None or builder.flush().shape[0] == 0  # nothing is emitted twice
+
+
+def test_a_builder_restored_from_its_state_goes_on_as_the_unbroken_one() -> None:
+    """The pending windows are part of a checkpoint: a builder loaded from one emits what the saved one would."""
+    gamma, data = 0.9, stream(num_envs=4, steps=40, seed=7)
+    unbroken, first = NStepBuilder(3, gamma), NStepBuilder(3, gamma)
+    for step, truncated in data[:17]:
+        unbroken.push(step, truncated), first.push(step, truncated)
+    resumed = NStepBuilder(3, gamma)
+    resumed.load_state_dict(first.state_dict())
+    for step, truncated in data[17:]:
+        a, b = unbroken.push(step, truncated), resumed.push(step, truncated)
+        assert emitted(a) == emitted(b)
+    fresh = NStepBuilder(3, gamma)
+    fresh.load_state_dict(NStepBuilder(3, gamma).state_dict())  # saved before its first push
+    assert fresh.flush() is None

@@ -101,6 +101,11 @@ VARIANTS["sac-redq-droq"] = (*VARIANTS["sac"], "agent.sac.num_critics=4", "agent
 VARIANTS["sac-resets"] = (*VARIANTS["sac"], "agent.sac.reset_every=101")
 """Resets (agent.sac.reset_every): the half run of test_resume_is_exact stops at 202 updates, a multiple of 101,
 with that reset still owed to the next update, so the resume must make it as the unbroken run does."""
+VARIANTS["sac-nstep3"] = (*VARIANTS["sac"], "agent.n_step=3")
+VARIANTS["mbpo-nstep3"] = (*VARIANTS["mbpo"], "agent.n_step=3", "env.num_envs=5")
+"""n-step returns (agent.n_step): the half run stops with windows of n - 1 steps pending in every env, which the
+resume must go on from, not drop: both stop mid-episode (Pendulum's 200 steps at 150 vector steps, PointMass's 25
+at 60)."""
 
 
 def tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -138,6 +143,22 @@ def test_resume_is_exact(tmp_path: Path, variant: str) -> None:
         assert (half.agent._calls, half.agent.num_resets) == (202, 1)  # type: ignore[attr-defined]
         assert resumed.agent.num_resets == full.agent.num_resets == 4  # type: ignore[attr-defined]
         assert [r["resets"] for r in read_metrics(tmp_path / "full/metrics.csv")] == ["0", "1", "1", "2", "3", "4"]
+
+
+def test_a_resume_that_starts_new_episodes_keeps_the_cut_episodes_last_steps(tmp_path: Path) -> None:
+    """With n-step returns and an env that cannot save its simulator, the resume starts new episodes: the steps
+    whose windows the stop left open are stored as time-outs at the last step, so every collected step is in the
+    buffer once (an n-step row per 1-step transition), none lost.
+    """
+    factory = ("env.factory=examples.point_reach:make_env", "env.id=PointReach", "env.kwargs.max_episode_steps=40",
+               "agent.name=sac", "agent.n_step=3")
+    half = SyncTrainer(tiny(tmp_path / "half", *factory, "total_env_steps=300", "checkpoint.every=300"),
+                       tmp_path / "half")
+    half.run()
+    assert len(half.buffer) < 300  # the stop (150 vector steps) is mid-episode: windows were pending
+    with pytest.warns(UserWarning, match="PointReach cannot save its simulator state"):
+        resumed = SyncTrainer.resume(tmp_path / "half", ["total_env_steps=600"])
+    assert len(resumed.buffer) == 300
 
 
 @pytest.mark.reliability
