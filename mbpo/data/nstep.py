@@ -18,6 +18,7 @@ exact; a resume that starts new episodes ends them as time-outs at their last st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -58,14 +59,22 @@ class NStepBuilder:
         self._age = torch.clamp(self._age + 1, max=self.n)
         done = step[TERMINATED] | truncated.to(device)
         keep = torch.ones_like(done) if keep is None else keep.to(device)
-        out = []
-        ret = torch.zeros(num_envs, dtype=torch.float32, device=device)
-        for d in range(self.n):  # start step t - d; its return accumulates rewards from the newest backwards
-            start = self._ring[(slot - d) % self.n]
-            ret = start[REWARD] + self.gamma * ret
-            emit = keep & ((done & (d < self._age)) | (~done & (d == self.n - 1) & (self._age == self.n)))
-            out.append(self._emit(start, step, ret, emit, d + 1))
+        age = self._age
+        out = self._close(step, lambda d: keep & ((done & (d < age)) | (~done & (d == self.n - 1) & (age == self.n))))
         self._age = torch.where(done | ~keep, torch.zeros_like(self._age), self._age)
+        return out
+
+    def _close(self, end: TensorDict, emit: Callable[[int], torch.Tensor]) -> TensorDict:
+        """The windows ending at the newest push whose start ``t - d`` is in ``emit(d)``: each start's return
+        accumulates rewards from the newest backwards.
+        """
+        assert self._ring is not None
+        out = []
+        ret = torch.zeros(end.shape[0], dtype=torch.float32, device=end.device)
+        for d in range(self.n):
+            start = self._ring[(self._t - 1 - d) % self.n]
+            ret = start[REWARD] + self.gamma * ret
+            out.append(self._emit(start, end, ret, emit(d), d + 1))
         return torch.cat(out)
 
     def flush(self) -> TensorDict | None:
@@ -74,16 +83,12 @@ class NStepBuilder:
         """
         if self._ring is None or self.n == 1:
             return None
-        assert self._age is not None
-        newest = self._ring[(self._t - 1) % self.n]
-        out = []
-        ret = torch.zeros(newest.shape[0], dtype=torch.float32, device=newest.device)
-        for d in range(self.n - 1):  # the window of start t - (n - 1) closed with the newest push
-            start = self._ring[(self._t - 1 - d) % self.n]
-            ret = start[REWARD] + self.gamma * ret
-            out.append(self._emit(start, newest, ret, d < self._age, d + 1))
-        self._age = torch.zeros_like(self._age)
-        return torch.cat(out)
+        age = self._age
+        assert age is not None
+        # the window of start t - (n - 1) closed with the newest push
+        out = self._close(self._ring[(self._t - 1) % self.n], lambda d: (d < age) & (d < self.n - 1))
+        self._age = torch.zeros_like(age)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """The pending windows, so that a resume goes on with them (plain tensors: checkpoints load weights-only)."""
