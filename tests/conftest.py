@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def environment_restored() -> Iterator[None]:
+    """What a test writes to ``os.environ`` is undone after it, so the next test in the worker, and the processes
+    it spawns, start from the same environment whatever ran before. Product code sets variables for good
+    (``envs.offscreen.headless_gl``'s ``MUJOCO_GL``), and ``monkeypatch.delenv`` of an unset variable records
+    nothing to restore: a ``MUJOCO_GL=egl`` left by one test once made every spawned collector of later tests
+    die importing torchrl (which imports mujoco) on a GPU machine without libEGL.
+    """
+    before = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(before):
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 @pytest.fixture
