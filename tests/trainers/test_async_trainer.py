@@ -710,6 +710,20 @@ def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: 
     assert bool(torch.isfinite(data["reward"]).all()) and data["obs"].shape == (len(trainer.buffer), 3)
 
 
+def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_every_backend(
+        tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
+    """Pendulum's episodes all end at step 200: with one vector step per batch, that step closes each env's three
+    pending windows at once, three times the rows of a vector step. A process collector's ring slot once held only
+    one vector step's rows, so the child died and was restarted at every episode end.
+    """
+    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=2", "runtime.num_collectors=1",
+                      "total_env_steps=440", f"runtime.backend={backend}")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    row = trainer.run()
+    assert row["collector_restarts"] == 0
+    assert row["env_steps"] == 440 and len(trainer.buffer) == 440 - 2 * 2  # each env's last n - 1 steps pending
+
+
 def test_the_progress_bar_ends_at_the_env_steps_taken(tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     from mbpo.run.metrics import MetricsLogger
 

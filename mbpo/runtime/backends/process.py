@@ -237,7 +237,9 @@ class ProcessBackend:
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
         self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
         name_semaphores_after(os.getpid())  # the spawn context's locks below, and the children's
-        rows = setup.vector_steps_per_batch * setup.num_envs
+        # An n-step builder closes an env's pending windows when its episode ends: a batch of k vector steps can
+        # hold k + n - 1 rows per env (all of them where every env's episode ends on the batch's last step).
+        rows = (setup.vector_steps_per_batch + max(setup.agent.n_step - 1, 0)) * setup.num_envs
         # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
         # queue's drop_oldest has just displaced.
         self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
