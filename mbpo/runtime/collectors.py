@@ -172,7 +172,8 @@ class EnvStepper:
 
     def collect(self, first: int, vector_steps: int) -> CollectorBatch:
         """``vector_steps`` vector steps from transition index ``first`` on (random actions before
-        ``learning_starts``), acting with the policy's current weights.
+        ``learning_starts``), acting with the policy's current weights. ``vector_steps`` 0 is a collector's last
+        batch with n-step returns: no step, each env's open windows cut as time-outs (its episodes end here).
         """
         env, n, policy_version = self.env, self.env.num_envs, self.policy_version
         parts: list[TensorDict] = []
@@ -213,6 +214,12 @@ class EnvStepper:
             if poisoned is not None:
                 episode_return[poisoned] = 0.0
         self.obs = obs
+        if vector_steps == 0 and self.n_step is not None:
+            flushed = self.n_step.flush()
+            parts.extend([] if flushed is None else [flushed])
+        if not parts:
+            raise ValueError(f"collector {self.collector_id}: nothing to collect (0 vector steps and no open "
+                             "n-step windows)")
         data: TensorDict = torch.cat(parts)  # torch.cat on TensorDicts gives a TensorDict
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
@@ -335,6 +342,7 @@ class CollectorLoop:
                         break
                     pending.append((granted, self._submit(first, granted)))
                 if not pending:
+                    self._push_open_windows()
                     return  # the budget is spent, or the collector was stopped
                 granted, handle = pending.popleft()
                 batch = self._finish(handle)
@@ -352,6 +360,18 @@ class CollectorLoop:
                 self.beat()
         finally:
             self._give_back()  # whatever is still reserved will never be ingested
+
+    def _push_open_windows(self) -> None:
+        """With n-step returns, each env's last n - 1 steps wait in open windows; the collector's episodes end
+        with it (a resume starts new ones), so they are pushed as time-outs, a batch of no env steps, rather
+        than lost. Best effort on a stop: skipped if the queue is full.
+        """
+        with self._lock:
+            if self.abandoned or self.setup.agent.n_step <= 1 or self.batches == 0:
+                return
+        batch = self._finish(self._submit(0, 0))
+        if not self.queue.put(batch, self._stop, self.beat):
+            batch.release()
 
     def _give_back(self) -> None:
         with self._lock:

@@ -705,7 +705,7 @@ def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: 
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     data = trainer.buffer[: len(trainer.buffer)]
-    assert row["env_steps"] == 384 and 384 - 2 * 2 * 2 <= len(trainer.buffer) <= 384  # per collector, n - 1 pending
+    assert row["env_steps"] == 384 and len(trainer.buffer) == 384  # each collector's open windows pushed at its end
     assert abs(float(data[DISCOUNT].min()) - 0.99 ** 3) < 1e-6  # full 3-step windows
     assert bool(torch.isfinite(data["reward"]).all()) and data["obs"].shape == (len(trainer.buffer), 3)
 
@@ -714,14 +714,20 @@ def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_
         tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
     """Pendulum's episodes all end at step 200: with one vector step per batch, that step closes each env's three
     pending windows at once, three times the rows of a vector step. A process collector's ring slot once held only
-    one vector step's rows, so the child died and was restarted at every episode end.
+    one vector step's rows, so the child died and was restarted at every episode end. At the end of the budget
+    (step 220) each env's open windows are pushed as time-outs, so no step is lost there either.
     """
+    from mbpo.data.replay import DISCOUNT
+
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=2", "runtime.num_collectors=1",
                       "total_env_steps=440", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert row["collector_restarts"] == 0
-    assert row["env_steps"] == 440 and len(trainer.buffer) == 440 - 2 * 2  # each env's last n - 1 steps pending
+    assert row["env_steps"] == 440 and len(trainer.buffer) == 440  # the last n - 1 steps too, pushed at the end
+    discounts = trainer.buffer[:440][DISCOUNT]
+    short = int((discounts > 0.99 ** 3 + 1e-6).sum())  # windows of 1 and 2 steps (gamma, gamma^2): at step 200
+    assert short == 2 * 2 * 2 and int((discounts > 0.99 ** 2 + 1e-6).sum()) == 2 * 2  # and at the end, per env
 
 
 def test_the_progress_bar_ends_at_the_env_steps_taken(tiny_config: Callable[..., Config], thread_baseline: int) -> None:
