@@ -121,8 +121,8 @@ sac_update_throughput() {
     --updates 100 --sizes halfcheetah
 }
 vs_ppo() {
-  json vs_ppo 240 python3 benchmarks/vs_ppo.py --device "$DEV" --num-envs 4096 --learners ppo sac_scale \
-    --minutes "${MBPO_CHECK_PPO_MINUTES:-1.5}" --out "$OUT"
+  json vs_ppo 300 python3 benchmarks/vs_ppo.py --device "$DEV" --num-envs 4096 --learners ppo mbpo_scale sac_scale \
+    --minutes "${MBPO_CHECK_PPO_MINUTES:-2}" --out "$OUT"
 }
 
 for part in "$@"; do
