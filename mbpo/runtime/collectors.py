@@ -216,7 +216,8 @@ class EnvStepper:
         self.obs = obs
         if vector_steps == 0 and self.n_step is not None:
             flushed = self.n_step.flush()
-            parts.extend([] if flushed is None else [flushed])
+            if flushed is not None:
+                parts.append(flushed)
         if not parts:
             raise ValueError(f"collector {self.collector_id}: nothing to collect (0 vector steps and no open "
                              "n-step windows)")
@@ -364,13 +365,14 @@ class CollectorLoop:
     def _push_open_windows(self) -> None:
         """With n-step returns, each env's last n - 1 steps wait in open windows; the collector's episodes end
         with it (a resume starts new ones), so they are pushed as time-outs, a batch of no env steps, rather
-        than lost. Best effort on a stop: skipped if the queue is full.
+        than lost. It never evicts a queued batch (drop_oldest); on a stop it never waits: skipped if the queue
+        or, for a process, every ring slot is full.
         """
         with self._lock:
             if self.abandoned or self.setup.agent.n_step <= 1 or self.batches == 0:
                 return
         batch = self._finish(self._submit(0, 0))
-        if not self.queue.put(batch, self._stop, self.beat):
+        if not self.queue.put(batch, self._stop, self.beat, drop=False):
             batch.release()
 
     def _give_back(self) -> None:

@@ -40,14 +40,17 @@ class TransitionQueue(Generic[T]):
         with self._cond:
             return len(self._items)
 
-    def put(self, item: T, stop: threading.Event, on_wait: Callable[[], None] | None = None) -> bool:
+    def put(self, item: T, stop: threading.Event, on_wait: Callable[[], None] | None = None,
+            drop: bool = True) -> bool:
         """Enqueue ``item``; False if ``stop`` was set while blocked on a full queue (item not enqueued).
 
-        ``on_wait`` (a callable) is called on every poll while blocked, e.g. a heartbeat.
+        ``on_wait`` (a callable) is called on every poll while blocked, e.g. a heartbeat. ``drop=False`` blocks
+        under drop_oldest too: an item worth less than a batch (a collector's last open n-step windows) must not
+        evict one.
         """
         with self._cond:
             while len(self._items) >= self.max_size:
-                if self.when_full == "drop_oldest":
+                if self.when_full == "drop_oldest" and drop:
                     oldest = self._items.popleft()
                     self.dropped += 1
                     if self.on_drop is not None:

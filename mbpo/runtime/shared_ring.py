@@ -87,6 +87,14 @@ class SharedRing:
                 continue
         return None
 
+    def try_acquire(self) -> int | None:
+        """A slot free right now, or None: never waits (a stopped collector's last batch takes one or none)."""
+        assert self._free is not None, "slots are granted by the trainer's process only"
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            return None
+
     def free(self, slot: int) -> None:
         assert self._free is not None, "slots are freed by the trainer's process only"
         self._free.put(slot)

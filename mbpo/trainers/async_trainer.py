@@ -324,10 +324,11 @@ class AsyncTrainer(Trainer):
         self.time_s["act"] += item.act_s
         self._collector_cpu_s[0] += item.cpu_s
         self._recent_returns.extend(item.episode_returns)
-        superseded = self.weights.published_at(item.policy_version + 1)  # how long its weights were stale
-        self.telemetry.ingested(self.weights.version - item.policy_version,
-                                0.0 if superseded is None else max(time.monotonic() - superseded, 0.0),
-                                len(self.queue))
+        if item.env_steps:  # a collector's last open n-step windows took no step: no policy lag to count
+            superseded = self.weights.published_at(item.policy_version + 1)  # how long its weights were stale
+            self.telemetry.ingested(self.weights.version - item.policy_version,
+                                    0.0 if superseded is None else max(time.monotonic() - superseded, 0.0),
+                                    len(self.queue))
 
     def _update(self, k: int) -> None:
         start = checked = time.perf_counter()

@@ -36,6 +36,18 @@ def test_a_full_blocking_queue_gives_up_when_stopped() -> None:
     assert beats and q.drain() == [1] and q.dropped == 0
 
 
+def test_an_item_put_without_dropping_waits_for_room_even_under_drop_oldest() -> None:
+    """A collector's last open n-step windows (drop=False) never evict a queued batch of real env steps."""
+    dropped: list[int] = []
+    q: TransitionQueue[int] = TransitionQueue(1, "drop_oldest", on_drop=dropped.append)
+    stop = threading.Event()
+    assert q.put(1, stop)
+    stop_after_one_wait = lambda: stop.set()  # noqa: E731 - stop from inside the wait
+    assert q.put(2, stop, on_wait=stop_after_one_wait, drop=False) is False
+    assert q.drain() == [1] and q.dropped == 0 and dropped == []
+    assert q.put(3, stop, drop=False) and q.drain() == [3]  # with room it is put, stopped or not
+
+
 def test_queue_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="expected one of"):
         TransitionQueue(2, "drop_newest")

@@ -730,6 +730,27 @@ def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_
     assert short == 2 * 2 * 2 and int((discounts > 0.99 ** 2 + 1e-6).sum()) == 2 * 2  # and at the end, per env
 
 
+def test_a_stop_keeps_each_envs_open_n_step_windows(tiny_config: Callable[..., Config], thread_baseline: int,
+                                                    backend: str) -> None:
+    """Ctrl-C or SIGTERM (the stop event) mid-run: a resume starts new episodes, so each env's last n - 1 steps
+    are stored as time-outs before the final checkpoint, on a process collector too (its ring slot taken without
+    waiting, as the stop asks).
+    """
+    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=8", "runtime.num_collectors=1",
+                      "total_env_steps=100000", f"runtime.backend={backend}")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    ingest = trainer._ingest
+
+    def stop_after_some(item: CollectorBatch) -> None:
+        ingest(item)
+        if trainer.env_steps >= 64:
+            trainer.stop_event.set()
+
+    trainer._ingest = stop_after_some  # type: ignore[method-assign]  # a spy in place of the bound method
+    row = trainer.run()
+    assert 64 <= row["env_steps"] < 100000 and len(trainer.buffer) == trainer.env_steps
+
+
 def test_the_progress_bar_ends_at_the_env_steps_taken(tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     from mbpo.run.metrics import MetricsLogger
 

@@ -165,6 +165,8 @@ class ProcessCollector(CollectorLoop):
     def _submit(self, first: int, granted: int) -> int:
         """Grant the child a batch into a free slot; the child works through its grants in order."""
         slot = self.backend.ring.acquire(self._stop)
+        if slot is None and granted == 0:  # a stopped collector's open n-step windows: a free slot, or none
+            slot = self.backend.ring.try_acquire()
         if slot is None:
             raise CollectorStopped
         self._slots.add(slot)
