@@ -674,6 +674,20 @@ def test_a_slow_collector_holds_no_one_back(tiny_config: Callable[..., Config], 
     assert per[0] > per[1]
 
 
+def stop_at(trainer: AsyncTrainer, env_steps: int) -> None:
+    """Set the stop event (what Ctrl-C and SIGTERM set) once the trainer has ingested ``env_steps``: a spy in place
+    of the bound ``_ingest``.
+    """
+    ingest = trainer._ingest
+
+    def stop_after_some(item: CollectorBatch) -> None:
+        ingest(item)
+        if trainer.env_steps >= env_steps:
+            trainer.stop_event.set()
+
+    trainer._ingest = stop_after_some  # type: ignore[method-assign]
+
+
 @pytest.mark.reliability
 def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[..., Config], thread_baseline: int,
                                                           backend: str, no_leaks: None) -> None:
@@ -682,14 +696,7 @@ def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[
     """
     cfg = tiny_config(f"runtime.backend={backend}", "total_env_steps=100000", "runtime.num_collectors=3")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
-    ingest = trainer._ingest
-
-    def stop_after_some(item: CollectorBatch) -> None:
-        ingest(item)
-        if trainer.env_steps >= 256:
-            trainer.stop_event.set()
-
-    trainer._ingest = stop_after_some  # type: ignore[method-assign]  # a spy in place of the bound method
+    stop_at(trainer, 256)
     row = trainer.run()
     assert 256 <= row["env_steps"] < 100000 and len(trainer.buffer) == trainer.env_steps
     assert not any(c.is_alive() for c in trainer.pool.collectors.values())
@@ -739,14 +746,7 @@ def test_a_stop_keeps_each_envs_open_n_step_windows(tiny_config: Callable[..., C
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=8", "runtime.num_collectors=1",
                       "total_env_steps=100000", f"runtime.backend={backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
-    ingest = trainer._ingest
-
-    def stop_after_some(item: CollectorBatch) -> None:
-        ingest(item)
-        if trainer.env_steps >= 64:
-            trainer.stop_event.set()
-
-    trainer._ingest = stop_after_some  # type: ignore[method-assign]  # a spy in place of the bound method
+    stop_at(trainer, 64)
     row = trainer.run()
     assert 64 <= row["env_steps"] < 100000 and len(trainer.buffer) == trainer.env_steps
 
