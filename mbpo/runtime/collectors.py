@@ -218,9 +218,6 @@ class EnvStepper:
             flushed = self.n_step.flush()
             if flushed is not None:
                 parts.append(flushed)
-        if not parts:
-            raise ValueError(f"collector {self.collector_id}: nothing to collect (0 vector steps and no open "
-                             "n-step windows)")
         data: TensorDict = torch.cat(parts)  # torch.cat on TensorDicts gives a TensorDict
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
