@@ -59,6 +59,16 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=["thread", "process", "ray"])
+def every_backend(request: pytest.FixtureRequest) -> str:
+    """Runs a test once per collector backend, Ray actors (on a private loopback Ray) too: for the guards whose
+    code each backend's transport takes its own way. Ray is skipped, with the reason, only without its extra.
+    """
+    if request.param == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    return str(request.param)
+
+
 def run_shm_files(pids: Iterable[int], names: set[str]) -> set[str]:
     """Of the /dev/shm entries ``names``, those of the runs whose processes have ``pids``: their named semaphores
     (mbpo.runtime.semaphores names them after the trainer's pid) and torch's segments (``torch_<pid>_...``).

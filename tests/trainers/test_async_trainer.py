@@ -705,10 +705,10 @@ def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[
 
 
 def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: Callable[..., Config],
-                                                                   thread_baseline: int, backend: str) -> None:
+                                                                   thread_baseline: int, every_backend: str) -> None:
     from mbpo.data.replay import DISCOUNT
 
-    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={backend}")
+    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={every_backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     data = trainer.buffer[: len(trainer.buffer)]
@@ -718,7 +718,7 @@ def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: 
 
 
 def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_every_backend(
-        tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
+        tiny_config: Callable[..., Config], thread_baseline: int, every_backend: str) -> None:
     """Pendulum's episodes all end at step 200: with one vector step per batch, that step closes each env's three
     pending windows at once, three times the rows of a vector step. A process collector's ring slot once held only
     one vector step's rows, so the child died and was restarted at every episode end. At the end of the budget
@@ -727,7 +727,7 @@ def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_
     from mbpo.data.replay import DISCOUNT
 
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=2", "runtime.num_collectors=1",
-                      "total_env_steps=440", f"runtime.backend={backend}")
+                      "total_env_steps=440", f"runtime.backend={every_backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert row["collector_restarts"] == 0
@@ -738,13 +738,13 @@ def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_
 
 
 def test_a_stop_keeps_each_envs_open_n_step_windows(tiny_config: Callable[..., Config], thread_baseline: int,
-                                                    backend: str) -> None:
+                                                    every_backend: str) -> None:
     """Ctrl-C or SIGTERM (the stop event) mid-run: a resume starts new episodes, so each env's last n - 1 steps
     are stored as time-outs before the final checkpoint, on a process collector too (its ring slot taken without
     waiting, as the stop asks).
     """
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=8", "runtime.num_collectors=1",
-                      "total_env_steps=100000", f"runtime.backend={backend}")
+                      "total_env_steps=100000", f"runtime.backend={every_backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     stop_at(trainer, 64)
     row = trainer.run()
