@@ -230,11 +230,12 @@ def test_with_max_lag_the_learner_goes_on_past_a_slow_fit_and_the_next_fit_count
 
 
 def test_a_crossq_learner_without_target_critics_trains_async_mbpo_on_every_backend(
-        tiny_config: Callable[..., Config], thread_baseline: int, backend: str) -> None:
-    """CrossQ's snapshot has no target critic: it must publish to collectors (shared memory for processes) and
-    to the model thread's rollouts, which act with the actor's running renorm statistics.
+        tiny_config: Callable[..., Config], thread_baseline: int, every_backend: str) -> None:
+    """CrossQ's snapshot has no target critic: it must publish to collectors (shared memory for processes, Ray's
+    object store for actors) and to the model thread's rollouts, which act with the actor's running renorm
+    statistics.
     """
-    cfg = tiny_config(*MODEL, f"runtime.backend={backend}", "agent.sac.crossq=true", "agent.sac.num_critics=3",
+    cfg = tiny_config(*MODEL, f"runtime.backend={every_backend}", "agent.sac.crossq=true", "agent.sac.num_critics=3",
                       "agent.sac.num_min=2", "agent.sac.dropout=0.05", "agent.sac.policy_delay=2")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
