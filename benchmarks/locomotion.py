@@ -94,9 +94,25 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     # issue 50's ideas, each on MBPO-REDQ (screens: 15k env steps, seeds 0 and 1)
     "mbpo_redq_nstep3": ("mbpo_redq", ["model.rollout_schedule=[0,1,3,3]", "model.rollout_n_step=3"]),
     "mbpo_redq_macura": ("mbpo_redq", ["model.macura=true", "model.rollout_schedule=[0,0,10,10]"]),
-    "mbpo_redq_resets": ("mbpo_redq", ["agent.sac.reset_every=100000"]),  # every 5,000 env steps at utd 20
+    # resets every 6,000 env steps at utd 20 (at 11k, 17k, 23k, 29k): every 2,500-step evaluation from 7.5k on is at
+    # least 1,000 env steps (20,000 updates) after the last reset, never at one (every 100,000 updates would put
+    # a reset at 10k, 15k, 25k and 30k, each an evaluation the screen or the score takes)
+    "mbpo_redq_resets": ("mbpo_redq", ["agent.sac.reset_every=120000"]),
 }
-"""Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it."""
+"""Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it (and :data:`ENV_OVERRIDES`)."""
+ENV_OVERRIDES: dict[str, dict[str, list[str]]] = {
+    # MACURA's xi and zeta per env, from the authors' configs (Data-Science-in-Mechanical-Engineering/macura,
+    # mbrl/examples/conf/overrides/macura_{hopper,walker}.yaml): a loose border on Hopper, a tight one on Walker2d
+    "mbpo_redq_macura": {"hopper": ["model.macura_scale=30", "model.macura_quantile=0.9"],
+                         "walker2d": ["model.macura_scale=0.3", "model.macura_quantile=0.95"]},
+}
+"""Overrides that differ by env, after the learner's own."""
+
+
+def learner_config(env: str, learner: str) -> tuple[Path, list[str]]:
+    """The config file and overrides that make ``learner`` on ``env``."""
+    stem, overrides = CONFIGS[learner]
+    return ROOT / "configs" / f"{env}_{stem}.yaml", [*overrides, *ENV_OVERRIDES.get(learner, {}).get(env, [])]
 LEARNERS = (*CONFIGS, "sb3", "crossq_sbx")
 RUNNABLE = (*CONFIGS, "sb3")
 """What this script runs; ``crossq_sbx`` (the CrossQ authors' sbx code) runs with benchmarks/sbx_crossq.py in its
@@ -111,7 +127,7 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "mbpo_redq_real_half": "MBPO with REDQ's critic, real_ratio 0.5 (ours, utd 20)",
           "mbpo_redq_nstep3": "MBPO with REDQ's critic, 3-step model rows on 3-step branches (ours, utd 20)",
           "mbpo_redq_macura": "MBPO with REDQ's critic, MACURA's rollouts up to 10 steps (ours, utd 20)",
-          "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 100,000 updates (ours, utd 20)",
+          "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 120,000 updates (ours, utd 20)",
           "crossq_sbx": "CrossQ, the authors' sbx code (utd 1, critics 2048 wide; benchmarks/sbx_crossq.py)"}
 NAMES = {"mbpo": "MBPO-SAC", "sac_same_ratio": "SAC (utd 20)", "sb3": "SB3 SAC", "mbpo_sync": "MBPO-SAC, sync trainer",
          "mbpo_lead0": "MBPO-SAC, lead not capped", "mbpo_redq": "MBPO-REDQ", "mbpo_droq": "MBPO-DroQ", "redq": "REDQ",
@@ -163,11 +179,11 @@ def run_ours(env: str, learner: str, seed: int, run_dir: Path, steps: int = STEP
         except RunAlreadyDone:
             trainer = None
     else:
-        stem, learner_overrides = CONFIGS[learner]
+        path, learner_overrides = learner_config(env, learner)
         overrides = [f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={steps}", f"eval_every={EVAL_EVERY}",
                      f"eval_episodes={EVAL_EPISODES}", f"checkpoint.every={CHECKPOINT_EVERY}", "progress=false",
                      *learner_overrides]
-        trainer = make_trainer(load_config(ROOT / "configs" / f"{env}_{stem}.yaml", overrides), run_dir)
+        trainer = make_trainer(load_config(path, overrides), run_dir)
     if trainer is not None:
         trainer.run()
         if getattr(trainer, "exit_code", 0):  # Ctrl-C or SIGTERM: the run is checkpointed; stop here, resume later

@@ -261,3 +261,17 @@ def test_screens_are_reported_on_their_own_length_and_not_judged_against_the_30k
     assert Path(result["plot"]) == tmp_path / "img" / "hopper_learning_curves.png"
     assert statistics.fmean([2_000.0, 2_100.0]) > locomotion.SCORE_TARGETS["hopper"]
 
+
+
+@pytest.mark.parametrize("env", ["hopper", "walker2d"])
+def test_every_learner_loads_on_each_env_and_macura_takes_its_authors_border_for_that_env(env: str) -> None:
+    """MACURA's border is xi times the zeta percentile of the first step's disagreement: the authors set
+    xi 30, zeta 90 on Hopper and xi 0.3, zeta 95 on Walker2d (their overrides/macura_{hopper,walker}.yaml).
+    """
+    from mbpo.config import load_config
+
+    for learner in locomotion.CONFIGS:
+        load_config(*locomotion.learner_config(env, learner))  # a key or value a config refuses fails here
+    model = load_config(*locomotion.learner_config(env, "mbpo_redq_macura")).model
+    assert model.macura and model.rollout_schedule[-1] == 10
+    assert (model.macura_scale, model.macura_quantile) == {"hopper": (30.0, 0.9), "walker2d": (0.3, 0.95)}[env]
