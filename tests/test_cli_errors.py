@@ -1,7 +1,8 @@
 """A user's mistake is one line on stderr, ``error: <what was wrong and how to fix it>``, and exit 2.
 
-Each case runs ``python -m mbpo`` as a subprocess, as a user would, and checks the exit code, the
-message and that no traceback is printed; a bug keeps its traceback, and ``--debug`` shows it always.
+The first cases run ``python -m mbpo`` as a subprocess, as a user would, and check the exit code, the
+message and that no traceback is printed; a bug keeps its traceback, and ``--debug`` shows it always. The rest
+call ``cli.main`` in this process (the same path, without a process and an import of torch per case).
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     return errors[0]
 
 
+def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``python -m mbpo ARGV`` in this process: exit 2 and one ``error:`` line, no traceback; that line."""
+    from mbpo import cli
+
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
+    return errors[0]
+
+
 def test_config_errors(tmp_path: Path) -> None:
     assert "env.num_envs=0 is out of range" in one_error_line(mbpo("train", "env.num_envs=0"))
     assert "nope.yaml' does not exist" in one_error_line(mbpo("train", "--config", "nope.yaml"))
@@ -44,31 +57,31 @@ def test_config_errors(tmp_path: Path) -> None:
     assert "holds a YAML list at the top level" in line
 
 
-def test_env_and_agent_errors(tmp_path: Path) -> None:
-    line = one_error_line(mbpo("train", "env.id=Pendulm-v1", f"run_dir={tmp_path / 'a'}", *FAST))
+def test_env_and_agent_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "train", "env.id=Pendulm-v1", f"run_dir={tmp_path / 'a'}", *FAST)
     assert "unknown env id 'Pendulm-v1'" in line and "Did you mean: Pendulum-v1" in line
-    line = one_error_line(mbpo("train", "env.id=HalfCheetah-v5", "agent.name=dqn", "model.enabled=false",
-                               f"run_dir={tmp_path / 'b'}", *FAST))
+    line = error_line(capsys, "train", "env.id=HalfCheetah-v5", "agent.name=dqn", "model.enabled=false",
+                      f"run_dir={tmp_path / 'b'}", *FAST)
     assert "agent.name=dqn needs a discrete action space" in line and "use agent.name=sac" in line
-    line = one_error_line(mbpo("train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST))
+    line = error_line(capsys, "train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST)
     assert "need about" in line and "GiB" in line and "lower env.num_envs to at most" in line
 
 
-def test_env_factory_errors(tmp_path: Path) -> None:
-    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
-                               f"run_dir={tmp_path / 'a'}"))
+def test_env_factory_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
+                      f"run_dir={tmp_path / 'a'}")
     assert "env.factory='examples.nope:make_env' cannot be imported: no module named 'examples.nope'" in line
-    line = one_error_line(mbpo("train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
-                               f"run_dir={tmp_path / 'b'}"))
+    line = error_line(capsys, "train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
+                      f"run_dir={tmp_path / 'b'}")
     assert "env.factory='envs.base:check_num_envs' returned builtins.int; expected an envs.VecEnv" in line
 
 
-def test_task_rule_errors(tmp_path: Path) -> None:
+def test_task_rule_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A rule that does not import, or returns the wrong thing on real transitions, stops the start-up."""
-    line = one_error_line(mbpo("train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST))
+    line = error_line(capsys, "train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST)
     assert "model.reward='nowhere_module:fn': importing 'nowhere_module' failed with ModuleNotFoundError" in line
-    line = one_error_line(mbpo("train", "model.termination=tests.models.test_rules:pendulum_reward",
-                               f"run_dir={tmp_path / 'b'}", *FAST))
+    line = error_line(capsys, "train", "model.termination=tests.models.test_rules:pendulum_reward",
+                      f"run_dir={tmp_path / 'b'}", *FAST)
     assert "returned torch.float32 (1,) on cpu; expected a tensor of torch.bool, shape (1,)" in line
 
 
@@ -95,17 +108,22 @@ def test_a_device_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], monke
     assert "error: device plan: cuda:0. Components: env: cpu; learner actor: cuda:0; set env.device=cuda:0\n" in err
 
 
-def test_checkpoint_and_run_dir_errors(tmp_path: Path) -> None:
-    assert "checkpoint 'nope.pt' does not exist" in one_error_line(mbpo("eval", "--checkpoint", "nope.pt"))
+def test_checkpoint_and_run_dir_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (each subprocess costs an import of torch): the one-line rule is cli.main's, which the
+    subprocess cases above check through ``python -m mbpo``.
+    """
+    from mbpo import cli
+
+    assert "checkpoint 'nope.pt' does not exist" in error_line(capsys, "eval", "--checkpoint", "nope.pt")
     (tmp_path / "ckpt_000000000100.pt").write_bytes(b"PK\x03\x04 truncated")
-    assert "is unreadable" in one_error_line(mbpo("eval", "--checkpoint", str(tmp_path / "ckpt_000000000100.pt")))
-    assert "--episodes 0 is not allowed" in one_error_line(mbpo("eval", "--checkpoint", "nope.pt", "--episodes", "0"))
-    assert "does not exist" in one_error_line(mbpo("resume", str(tmp_path / "no-run")))
-    line = one_error_line(mbpo("train", "run_dir=/proc/mbpo-run", *FAST))
+    assert "is unreadable" in error_line(capsys, "eval", "--checkpoint", str(tmp_path / "ckpt_000000000100.pt"))
+    assert "--episodes 0 is not allowed" in error_line(capsys, "eval", "--checkpoint", "nope.pt", "--episodes", "0")
+    assert "does not exist" in error_line(capsys, "resume", str(tmp_path / "no-run"))
+    line = error_line(capsys, "train", "run_dir=/proc/mbpo-run", *FAST)
     assert "run dir /proc/mbpo-run cannot be written" in line and "writable run_dir" in line
     run = tmp_path / "run"
-    assert mbpo("train", f"run_dir={run}", "trainer=sync", *FAST).returncode == 0
-    assert "already holds a run with checkpoints" in one_error_line(mbpo("train", f"run_dir={run}", *FAST))
+    assert cli.main(["train", f"run_dir={run}", "trainer=sync", *FAST]) == 0
+    assert "already holds a run with checkpoints" in error_line(capsys, "train", f"run_dir={run}", *FAST)
 
 
 def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -118,18 +136,6 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp
     debug = mbpo("--debug", "train", "env.id=Pendulm-v1", *FAST)
     assert debug.returncode == 2 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
     assert debug.stderr.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")
-
-
-def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """``python -m mbpo ARGV`` in this process: exit 2 and one ``error:`` line, no traceback; that line."""
-    from mbpo import cli
-
-    capsys.readouterr()
-    assert cli.main(list(argv)) == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in err, err[-2000:]
-    return errors[0]
 
 
 def test_mistakes_that_once_ended_in_a_traceback_or_a_run_are_one_line(
