@@ -271,6 +271,21 @@ def returns_at(evals: dict[int, float]) -> dict[str, float]:
     return out
 
 
+SCREEN = (5_000, 15_000)
+"""Issue 50's screen: 15,000 env steps, scored on the mean of the evaluations from 5k to 15k (five of them)."""
+
+
+def screen_score(evals: dict[int, float]) -> float | None:
+    """The mean of the evaluations from SCREEN's start to its end (the async trainer's land a few dozen steps
+    past each milestone, so up to half an eval interval past the end counts), or None before the run reached it.
+    """
+    start, end = SCREEN
+    within = [evals[s] for s in sorted(evals) if start <= s < end + EVAL_EVERY // 2]
+    if not any(s >= end - EVAL_EVERY // 2 for s in evals):
+        return None
+    return round(statistics.fmean(within), 1)
+
+
 def last_evals_mean(evals: dict[int, float]) -> float | None:
     """The mean of the last LAST_EVALS evaluations, or None before the run has that many."""
     if len(evals) < LAST_EVALS:
@@ -408,7 +423,7 @@ def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
             "wall_s": float(last["wall_s"]),
             "cpu_s": _float(last.get("cpu_s")),  # None for runs logged before metrics.csv had it
             "done": _done(run_dir), "returns": returns_at(evals),
-            "score": last_evals_mean(evals), "cpu_flags": _cpu_flags(run_dir),
+            "score": last_evals_mean(evals), "screen_score": screen_score(evals), "cpu_flags": _cpu_flags(run_dir),
             # steady state (no start-up: mbpo.run.throughput.steady_rate) and the whole run's average beside it
             "env_steps_per_s": _round(steady_rate(rows)),
             "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
@@ -428,6 +443,8 @@ def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
     out["score_range"] = [min(scores), max(scores)] if scores else None
     by_seed = done_scores(out)
     out["score_seeds"] = sorted(by_seed)
+    out["screen_scores"] = {r["seed"]: r["screen_score"] for r in sorted(runs, key=lambda r: r["seed"])
+                            if r["screen_score"] is not None}
     out |= score_estimates([by_seed[s] for s in sorted(by_seed)], reps,
                            load_rliable() if stats is None else stats)
     walls = [r["wall_s"] for r in runs if r["done"]]

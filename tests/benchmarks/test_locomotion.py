@@ -262,6 +262,19 @@ def test_screens_are_reported_on_their_own_length_and_not_judged_against_the_30k
     assert statistics.fmean([2_000.0, 2_100.0]) > locomotion.SCORE_TARGETS["hopper"]
 
 
+def test_a_screen_score_is_the_mean_of_the_evaluations_from_5k_to_15k_once_the_run_reached_15k(
+        tmp_path: Path) -> None:
+    """The async trainer's evaluations land a few dozen steps past each milestone (5,056 ... 15,040); the one
+    before the random steps end and any after 15k are not the screen's. A run at 30k has one too.
+    """
+    evals = {2_560: 9.0, 5_056: 100.0, 7_552: 200.0, 10_048: 300.0, 12_544: 400.0, 15_040: 500.0, 17_536: 9e3}
+    assert locomotion.screen_score(evals) == 300.0
+    assert locomotion.screen_score({k: v for k, v in evals.items() if k < 15_000}) is None  # not there yet
+    run_dir = locomotion.run_dir_of(tmp_path, "hopper", "redq", 3)
+    finished_run(run_dir, [100.0, 200.0, 300.0, 400.0, 500.0] + [1_000.0] * 6)  # 5,000 to 30,000 env steps
+    summary = locomotion.summarize("redq", [run_dir], reps=10)
+    assert summary["screen_scores"] == {3: 300.0} and summary["runs"][0]["screen_score"] == 300.0
+
 
 @pytest.mark.parametrize("env", ["hopper", "walker2d"])
 def test_every_learner_loads_on_each_env_and_macura_takes_its_authors_border_for_that_env(env: str) -> None:
