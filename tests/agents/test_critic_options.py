@@ -522,6 +522,39 @@ def test_weight_init_default_is_todays_init() -> None:
         "critic.layers.0.weight"])
 
 
+@pytest.mark.parametrize("shared_input", [False, True])
+def test_a_one_output_layer_is_the_affine_map_forward_and_backward(shared_input: bool) -> None:
+    """The critics' output layer runs as a multiply-and-sum outside autocast (faster than a batched matrix-vector
+    product on a CPU): the same values and gradients as baddbmm, for a subset of members and with the weights
+    detached (the actor loss) too.
+    """
+    from mbpo.agents.networks import BatchedLinear
+
+    g = torch.Generator().manual_seed(0)
+    layer = BatchedLinear(5, 16, 1)
+    x = torch.randn(*(() if shared_input else (3,)), 7, 16, generator=g, requires_grad=True)
+    members = torch.tensor([4, 0, 2])
+    for detach in (False, True):
+        layer.zero_grad()
+        x.grad = None
+        out = layer(x, detach_params=detach, members=members)
+        grad_out = torch.randn(out.shape, generator=g)
+        out.backward(grad_out)
+        got = (out.detach(), x.grad.clone(), None if detach else layer.weight.grad.clone())
+        layer.zero_grad()
+        x.grad = None
+        w, b = layer.weight[members], layer.bias[members]
+        w, b = (w.detach(), b.detach()) if detach else (w, b)
+        want = torch.baddbmm(b, x if x.dim() == 3 else x.expand(3, -1, -1), w)
+        want.backward(grad_out)
+        torch.testing.assert_close(got[0], want.detach(), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got[1], x.grad, rtol=1e-6, atol=1e-6)
+        if detach:
+            assert layer.weight.grad is None or not layer.weight.grad.any()
+        else:
+            torch.testing.assert_close(got[2], layer.weight.grad, rtol=1e-6, atol=1e-6)
+
+
 # --- bf16: matmuls only; Q values, the TD target and the losses keep fp32 resolution ----------------------------
 
 needs_bf16 = pytest.mark.skipif(not bf16_autocast_supported(torch.device("cpu")), reason="this CPU has no native bf16")
