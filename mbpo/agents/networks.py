@@ -135,12 +135,13 @@ class BatchedLinear(nn.Module):
             weight, bias = weight[members], bias[members]
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(weight.shape[0], -1, -1)
-        if weight.shape[-1] == 1 and not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling():
+        if (weight.shape[-1] == 1 and x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+                and not torch.compiler.is_compiling()):
             # One fp32 output (the critics' Q): a batched matrix-vector product, which CPU bmm kernels run 2-10x
             # slower than this multiply-and-sum, forward and backward (the same sum in another order; REDQ's
-            # update 1.26x faster under bf16, 1.1x in fp32). A compiled update keeps the bmm, whose graph
-            # (agent.compile, for GPUs) matched eager's before; inductor's fused sum here moved CrossQ's
-            # gradient norm by 1e-3.
+            # update 1.26x faster under bf16, 1.1x in fp32). GPUs keep the bmm (not measured there), and so does
+            # a compiled update (agent.compile): inductor's fused sum here moved CrossQ's gradient norm by 1e-3
+            # against eager.
             return (x * weight.transpose(-1, -2)).sum(-1, keepdim=True) + bias
         return torch.baddbmm(bias, x, weight)
 
