@@ -34,7 +34,9 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    """``python -m mbpo ARGV`` in this process: exit 2 and one ``error:`` line, no traceback; that line."""
+    """``python -m mbpo ARGV`` in this process: exit 2 and one ``error:`` line, no traceback; that line (``capfd``
+    also sees what a child process or C code writes to stderr).
+    """
     from mbpo import cli
 
     capsys.readouterr()
@@ -57,30 +59,30 @@ def test_config_errors(tmp_path: Path) -> None:
     assert "holds a YAML list at the top level" in line
 
 
-def test_env_and_agent_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = error_line(capsys, "train", "env.id=Pendulm-v1", f"run_dir={tmp_path / 'a'}", *FAST)
+def test_env_and_agent_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capfd, "train", "env.id=Pendulm-v1", f"run_dir={tmp_path / 'a'}", *FAST)
     assert "unknown env id 'Pendulm-v1'" in line and "Did you mean: Pendulum-v1" in line
-    line = error_line(capsys, "train", "env.id=HalfCheetah-v5", "agent.name=dqn", "model.enabled=false",
+    line = error_line(capfd, "train", "env.id=HalfCheetah-v5", "agent.name=dqn", "model.enabled=false",
                       f"run_dir={tmp_path / 'b'}", *FAST)
     assert "agent.name=dqn needs a discrete action space" in line and "use agent.name=sac" in line
-    line = error_line(capsys, "train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST)
+    line = error_line(capfd, "train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST)
     assert "need about" in line and "GiB" in line and "lower env.num_envs to at most" in line
 
 
-def test_env_factory_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = error_line(capsys, "train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
+def test_env_factory_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capfd, "train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
                       f"run_dir={tmp_path / 'a'}")
     assert "env.factory='examples.nope:make_env' cannot be imported: no module named 'examples.nope'" in line
-    line = error_line(capsys, "train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
+    line = error_line(capfd, "train", "env.id=Mine", "env.factory=envs.base:check_num_envs", *FAST,
                       f"run_dir={tmp_path / 'b'}")
     assert "env.factory='envs.base:check_num_envs' returned builtins.int; expected an envs.VecEnv" in line
 
 
-def test_task_rule_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_task_rule_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A rule that does not import, or returns the wrong thing on real transitions, stops the start-up."""
-    line = error_line(capsys, "train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST)
+    line = error_line(capfd, "train", "model.reward=nowhere_module:fn", f"run_dir={tmp_path / 'a'}", *FAST)
     assert "model.reward='nowhere_module:fn': importing 'nowhere_module' failed with ModuleNotFoundError" in line
-    line = error_line(capsys, "train", "model.termination=tests.models.test_rules:pendulum_reward",
+    line = error_line(capfd, "train", "model.termination=tests.models.test_rules:pendulum_reward",
                       f"run_dir={tmp_path / 'b'}", *FAST)
     assert "returned torch.float32 (1,) on cpu; expected a tensor of torch.bool, shape (1,)" in line
 
@@ -108,22 +110,22 @@ def test_a_device_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], monke
     assert "error: device plan: cuda:0. Components: env: cpu; learner actor: cuda:0; set env.device=cuda:0\n" in err
 
 
-def test_checkpoint_and_run_dir_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_and_run_dir_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """In this process (each subprocess costs an import of torch): the one-line rule is cli.main's, which the
     subprocess cases above check through ``python -m mbpo``.
     """
     from mbpo import cli
 
-    assert "checkpoint 'nope.pt' does not exist" in error_line(capsys, "eval", "--checkpoint", "nope.pt")
+    assert "checkpoint 'nope.pt' does not exist" in error_line(capfd, "eval", "--checkpoint", "nope.pt")
     (tmp_path / "ckpt_000000000100.pt").write_bytes(b"PK\x03\x04 truncated")
-    assert "is unreadable" in error_line(capsys, "eval", "--checkpoint", str(tmp_path / "ckpt_000000000100.pt"))
-    assert "--episodes 0 is not allowed" in error_line(capsys, "eval", "--checkpoint", "nope.pt", "--episodes", "0")
-    assert "does not exist" in error_line(capsys, "resume", str(tmp_path / "no-run"))
-    line = error_line(capsys, "train", "run_dir=/proc/mbpo-run", *FAST)
+    assert "is unreadable" in error_line(capfd, "eval", "--checkpoint", str(tmp_path / "ckpt_000000000100.pt"))
+    assert "--episodes 0 is not allowed" in error_line(capfd, "eval", "--checkpoint", "nope.pt", "--episodes", "0")
+    assert "does not exist" in error_line(capfd, "resume", str(tmp_path / "no-run"))
+    line = error_line(capfd, "train", "run_dir=/proc/mbpo-run", *FAST)
     assert "run dir /proc/mbpo-run cannot be written" in line and "writable run_dir" in line
     run = tmp_path / "run"
     assert cli.main(["train", f"run_dir={run}", "trainer=sync", *FAST]) == 0
-    assert "already holds a run with checkpoints" in error_line(capsys, "train", f"run_dir={run}", *FAST)
+    assert "already holds a run with checkpoints" in error_line(capfd, "train", f"run_dir={run}", *FAST)
 
 
 def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@
   networks whose weights are shaped ``[members, in, out]`` and run as ONE
   ``torch.baddbmm`` per layer (mbrl-lib's ``EnsembleLinearLayer`` idea): the
   twin critics (members=2) and the dynamics ensemble (mbpo.models.ensemble; by
-  default 7 members, 4x200 SiLU) cost one kernel per layer instead of one per member.
+  default 7 members, 4x200 SiLU) cost one kernel per layer instead of one per member
+  (a one-output fp32 layer on a CPU: one multiply-and-sum, see :class:`BatchedLinear`).
 * :class:`TanhGaussianActor` — the SAC policy: a Gaussian squashed by tanh,
   returning action and log-prob from the same pre-tanh draw in one pass.
 * :class:`RunningObsNorm` — running observation mean/variance kept as module
@@ -94,7 +95,8 @@ def mlp(
 
 
 class BatchedLinear(nn.Module):
-    """``members`` independent affine maps, ``y[m] = x[m] @ weight[m] + bias[m]``, in one baddbmm.
+    """``members`` independent affine maps, ``y[m] = x[m] @ weight[m] + bias[m]``, in one baddbmm (one output
+    in fp32 on a CPU: one multiply-and-sum, which CPU bmm kernels, slow at matrix-vector shapes, lose to).
 
     ``weight`` is ``[members, in, out]`` (note: the transpose of ``nn.Linear``'s
     ``[out, in]``, so the matmul needs no transpose) and ``bias`` is
@@ -135,13 +137,14 @@ class BatchedLinear(nn.Module):
             weight, bias = weight[members], bias[members]
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(weight.shape[0], -1, -1)
-        if (weight.shape[-1] == 1 and x.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
-                and not torch.compiler.is_compiling()):
-            # One fp32 output (the critics' Q): a batched matrix-vector product, which CPU bmm kernels run 2-10x
-            # slower than this multiply-and-sum, forward and backward (the same sum in another order; REDQ's
-            # update 1.26x faster under bf16, 1.1x in fp32). GPUs keep the bmm (not measured there), and so does
-            # a compiled update (agent.compile): inductor's fused sum here moved CrossQ's gradient norm by 1e-3
-            # against eager.
+        if (weight.shape[-1] == 1 and x.device.type == "cpu" and x.dtype == weight.dtype
+                and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()):
+            # One fp32 output (the critics' Q): CPU bmm kernels run a batched matrix-vector product several times
+            # slower than this multiply-and-sum, forward and backward (the same sum in another order). GPUs keep
+            # the bmm (not measured there), and so does a compiled update (agent.compile), whose fused sum would
+            # no longer match eager's to the compile tests' tolerance.
+            if x.shape[0] != weight.shape[0]:  # what baddbmm refuses, broadcasting would hide
+                raise ValueError(f"BatchedLinear: input for {x.shape[0]} members, weights of {weight.shape[0]}")
             return (x * weight.transpose(-1, -2)).sum(-1, keepdim=True) + bias
         return torch.baddbmm(bias, x, weight)
 

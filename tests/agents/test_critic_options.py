@@ -538,6 +538,7 @@ def test_a_one_output_layer_is_the_affine_map_forward_and_backward(shared_input:
         layer.zero_grad()
         x.grad = None
         out = layer(x, detach_params=detach, members=members)
+        assert out.grad_fn is not None and "Baddbmm" not in out.grad_fn.name()  # the multiply-and-sum ran
         grad_out = torch.randn(out.shape, generator=g)
         out.backward(grad_out)
         got = (out.detach(), x.grad.clone(), None if detach else layer.weight.grad.clone())
@@ -549,6 +550,8 @@ def test_a_one_output_layer_is_the_affine_map_forward_and_backward(shared_input:
         want.backward(grad_out)
         torch.testing.assert_close(got[0], want.detach(), rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(got[1], x.grad, rtol=1e-6, atol=1e-6)
+        with pytest.raises(ValueError, match="input for 3 members, weights of 2"):
+            layer(x if x.dim() == 3 else x.expand(3, -1, -1), members=members[:2])
         if detach:
             assert layer.weight.grad is None or not layer.weight.grad.any()
         else:

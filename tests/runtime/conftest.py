@@ -59,7 +59,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=["thread", "process", "ray"])
+@pytest.fixture(params=["thread", "process", pytest.param("ray", marks=pytest.mark.slow)])
 def every_backend(request: pytest.FixtureRequest) -> str:
     """Runs a test once per collector backend, Ray actors (on a private loopback Ray) too: for the guards whose
     code each backend's transport takes its own way. Ray is skipped, with the reason, only without its extra.
