@@ -54,6 +54,22 @@ def environment_restored() -> Iterator[None]:
             os.environ[name] = value
 
 
+TRAINER_RUNS: dict[str, list[str]] = {
+    "sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
+    "process": ["trainer=async", "runtime.backend=process"], "ray": ["trainer=async", "runtime.backend=ray"]}
+"""Each trainer and collector backend as overrides: a guard added to one must hold on all of them."""
+
+
+@pytest.fixture(params=list(TRAINER_RUNS))
+def trainer_run(request: pytest.FixtureRequest) -> str:
+    """Runs a test once per trainer and backend (a key of TRAINER_RUNS); Ray is skipped, with the reason, only
+    where its extra is missing.
+    """
+    if request.param == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    return str(request.param)
+
+
 @pytest.fixture
 def cuda_device() -> str:
     """The first CUDA device, as a string (gpu-marked tests only)."""

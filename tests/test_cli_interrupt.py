@@ -22,14 +22,15 @@ import mbpo.trainers
 from mbpo import cli
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.base import Trainer
+from tests.conftest import TRAINER_RUNS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
 
 TINY = ["device=cpu", "progress=false", "total_env_steps=64", "agent.learning_starts=32", "eval_every=64",
         "eval_episodes=2", "log_every=32", "env.num_envs=2", "agent.batch_size=16", "agent.sac.hidden_sizes=[16,16]",
         "model.enabled=false", "runtime.num_collectors=1", "runtime.collection_batch_size=16"]
-RUNS = {"sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
-        "process": ["trainer=async", "runtime.backend=process"]}
+# Ray's Ctrl-C and SIGTERM: tests/runtime/test_ray_backend.py
+RUNS = {name: overrides for name, overrides in TRAINER_RUNS.items() if name != "ray"}
 
 
 def test_a_block_entered_after_an_outer_one_caught_a_signal_starts_stopped() -> None:

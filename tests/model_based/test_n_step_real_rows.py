@@ -16,12 +16,11 @@ from mbpo.data.replay import ACTION, DISCOUNT, FIRST_STEP, NEXT_OBS, OBS, REWARD
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import AsyncTrainer, SyncTrainer
+from tests.conftest import TRAINER_RUNS
 from tests.data.test_nstep import brute_force, stream
 
 pytestmark = pytest.mark.timeout(180)
 
-RUNS = {"sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
-        "process": ["trainer=async", "runtime.backend=process"], "ray": ["trainer=async", "runtime.backend=ray"]}
 
 
 def test_each_n_step_row_keeps_its_first_step_and_the_view_gives_it_back() -> None:
@@ -50,21 +49,16 @@ def test_rows_without_a_first_step_are_their_own_view() -> None:
     assert first_step_view(rows) is rows
 
 
-@pytest.fixture(params=list(RUNS))
-def run(request: pytest.FixtureRequest) -> str:
-    if request.param == "ray":
-        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
-    return str(request.param)
-
 
 def test_the_model_fits_the_first_steps_and_the_learner_the_n_step_returns(
-        run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        trainer_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """PointMass MBPO with agent.n_step=3: every row the ensemble fits is a stored row's first step (the collectors
     of every backend ship it through their transport); the learner's real rows carry their n-step discounts.
     """
     from mbpo.agents.sac import SAC
 
-    cfg = load_config(None, [*POINT_MASS_MBPO, "device=cpu", f"run_dir={tmp_path}", *RUNS[run], "agent.n_step=3",
+    cfg = load_config(None, [*POINT_MASS_MBPO, "device=cpu", f"run_dir={tmp_path}", *TRAINER_RUNS[trainer_run],
+                             "agent.n_step=3",
                              "total_env_steps=300", "env.num_envs=2", "runtime.collection_batch_size=16",
                              "runtime.num_collectors=1"])
     fitted: list[tuple[torch.Tensor, ...]] = []
@@ -85,7 +79,7 @@ def test_the_model_fits_the_first_steps_and_the_learner_the_n_step_returns(
 
     monkeypatch.setattr(DynamicsEnsemble, "fit", fit_spy)
     monkeypatch.setattr(SAC, "update", update_spy)
-    trainer = (SyncTrainer if run == "sync" else AsyncTrainer)(cfg, tmp_path)
+    trainer = (SyncTrainer if trainer_run == "sync" else AsyncTrainer)(cfg, tmp_path)
     row = trainer.run()
     assert row["skipped_updates"] == 0 and fitted
     stored = trainer.buffer[: len(trainer.buffer)]

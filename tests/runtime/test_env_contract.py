@@ -21,6 +21,7 @@ from mbpo.config import load_config
 from mbpo.runtime.collectors import EnvStepper
 from mbpo.runtime.supervisor import CollectorPool
 from mbpo.trainers import AsyncTrainer
+from tests.conftest import TRAINER_RUNS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
 
@@ -28,8 +29,8 @@ FACTORY = ["env.id=Mine", "env.factory=tests.envs.factories:breaks_contract"]
 TINY = ["device=cpu", "progress=false", "total_env_steps=64", "agent.learning_starts=32", "eval_every=64",
         "eval_episodes=2", "log_every=64", "env.num_envs=2", "agent.batch_size=16", "agent.sac.hidden_sizes=[16,16]",
         "model.enabled=false", "runtime.num_collectors=1", "runtime.collection_batch_size=16", "checkpoint.every=64"]
-RUNS = {"sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
-        "process": ["trainer=async", "runtime.backend=process"]}
+# Ray has its own case below (test_on_ray_too_...)
+RUNS = {name: overrides for name, overrides in TRAINER_RUNS.items() if name != "ray"}
 WHO = "env.factory='tests.envs.factories:breaks_contract'"
 CONTRACT = "(the VecEnv contract, envs/base.py)"
 ERRORS = {

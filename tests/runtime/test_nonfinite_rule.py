@@ -21,6 +21,7 @@ import torch
 from mbpo import cli
 from mbpo.data.replay import NEXT_OBS, OBS, REWARD, as_tensordict
 from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
+from tests.conftest import TRAINER_RUNS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -30,8 +31,6 @@ TINY = ["device=cpu", "progress=false", "total_env_steps=64", "agent.learning_st
         "eval_episodes=3", "log_every=32", f"env.num_envs={NUM_ENVS}", "agent.batch_size=16",
         "agent.sac.hidden_sizes=[16,16]", "model.enabled=false", "runtime.num_collectors=1",
         "runtime.collection_batch_size=8", "checkpoint.every=1000"]
-RUNS = {"sync": ["trainer=sync"], "thread": ["trainer=async", "runtime.backend=thread"],
-        "process": ["trainer=async", "runtime.backend=process"], "ray": ["trainer=async", "runtime.backend=ray"]}
 WHO = {"sync": "", "thread": "collector 0: ", "process": "collector 0: ", "ray": "collector 0: "}
 """A collector names itself; the rest of the line is the same everywhere."""
 
@@ -41,32 +40,26 @@ def fault_env(fault: str) -> list[str]:
             f"env.kwargs={{env_id: Pendulum-v1, fault: {fault}, at_step: {AT_STEP}, only_num_envs: {NUM_ENVS}}}"]
 
 
-@pytest.fixture(params=list(RUNS))
-def run(request: pytest.FixtureRequest) -> str:
-    if request.param == "ray":
-        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
-    return str(request.param)
-
 
 def error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("error: ")]
 
 
 def test_raise_is_one_line_exit_2_and_a_checkpoint_that_resumes(
-        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "r"
-    code = cli.main(["train", *fault_env("nan_reward"), *TINY, *RUNS[run], f"run_dir={run_dir}"])
+    code = cli.main(["train", *fault_env("nan_reward"), *TINY, *TRAINER_RUNS[trainer_run], f"run_dir={run_dir}"])
     err = capsys.readouterr().err
     step = (AT_STEP - 1) * NUM_ENVS
     assert (code, error_lines(err)) == (2, [
-        f"error: {WHO[run]}env index 0 returned a non-finite reward ({{'reward': nan}}) at env step {step}; fix "
-        "the env, or set runtime.nonfinite=drop to drop such rows and count them (nonfinite_dropped)"]), err[-3000:]
+        f"error: {WHO[trainer_run]}env index 0 returned a non-finite reward ({{'reward': nan}}) at env step {step}; "
+        "fix the env, or set runtime.nonfinite=drop to drop such rows and count them (nonfinite_dropped)"]), err[-3000:]
     assert "Traceback" not in err
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     assert checkpoints, "the final checkpoint of what came before"
     state = load_checkpoint(checkpoints[-1])
     assert 0 < state["trainer"]["env_steps"] <= step  # nothing of the bad step or after it
-    if run == "sync":  # its env had stepped past the checkpoint: the resumed run says it starts new episodes
+    if trainer_run == "sync":  # its env stepped past the checkpoint: the resumed run says it starts new episodes
         with pytest.warns(UserWarning, match="stopped on an env step it did not store"):
             assert cli.main(["resume", str(run_dir), "runtime.nonfinite=drop"]) == 0
     else:
@@ -75,12 +68,13 @@ def test_raise_is_one_line_exit_2_and_a_checkpoint_that_resumes(
 
 
 def test_drop_counts_the_row_and_stores_nothing_non_finite(
-        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A NaN observation (in ``obs`` and ``final_obs``): the harder case, as the env must then be reset (a NaN
     reward alone is tests/runtime/test_faults.py's on the async backends).
     """
     run_dir = tmp_path / "r"
-    code = cli.main(["train", *fault_env("nan_obs"), *TINY, *RUNS[run], "runtime.nonfinite=drop", f"run_dir={run_dir}"])
+    code = cli.main(["train", *fault_env("nan_obs"), *TINY, *TRAINER_RUNS[trainer_run], "runtime.nonfinite=drop",
+                     f"run_dir={run_dir}"])
     out, err = capsys.readouterr()
     assert code == 0, err[-3000:]
     row = json.loads(out.strip().splitlines()[-1])
