@@ -89,7 +89,7 @@ def test_a_child_never_reads_a_half_written_snapshot() -> None:
     rest). Zeros and ones alternate per buffer, so a copy overtaken by a write would show a mix.
     """
     ctx = mp.get_context("spawn")
-    template = {"actor": {"w": torch.zeros(1 << 20)}, "epsilon": 0.0, "num_updates": 0}
+    template = {"actor": {"w": torch.zeros(1 << 18)}, "epsilon": 0.0, "num_updates": 0}
     weights = SharedWeights(template, ctx)
     weights.write(1, template)
     stop = threading.Event()
@@ -99,12 +99,12 @@ def test_a_child_never_reads_a_half_written_snapshot() -> None:
         while not stop.is_set():
             version += 1
             value = float(version // 2 % 2)  # each of the two buffers gets zeros and ones in turn
-            weights.write(version, {"actor": {"w": torch.full((1 << 20,), value)}, "epsilon": value,
+            weights.write(version, {"actor": {"w": torch.full((1 << 18,), value)}, "epsilon": value,
                                     "num_updates": version})
 
     writer = threading.Thread(target=publish)
     pipes = [ctx.Pipe() for _ in range(2)]
-    children = [ctx.Process(target=read_snapshots, args=(weights, 300, child)) for _, child in pipes]
+    children = [ctx.Process(target=read_snapshots, args=(weights, 200, child)) for _, child in pipes]
     try:
         for p in children:
             p.start()
