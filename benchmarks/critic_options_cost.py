@@ -49,7 +49,7 @@ def main() -> None:
 
     from mbpo.agents.sac import SAC
     from mbpo.config import SACConfig
-    from mbpo.data.replay import transitions
+    from mbpo.data.transitions import transitions
     from mbpo.run.provenance import machine
 
     torch.set_num_threads(1)

@@ -44,7 +44,8 @@ from torch import nn
 
 from mbpo.agents.sac import SAC
 from mbpo.config import SACConfig
-from mbpo.data.replay import make_replay_buffer, transitions
+from mbpo.data.replay import make_replay_buffer
+from mbpo.data.transitions import transitions
 from mbpo.device.precision import bf16_autocast_supported
 from mbpo.run.logs import quiet_torchrl
 

@@ -72,7 +72,7 @@ class Agent(Protocol):
         """
 
     def update(self, batch: TensorDictBase) -> Mapping[str, float]:
-        """One gradient update from a batch on ``device`` (keys in mbpo.data.replay); returns metrics."""
+        """One gradient update from a batch on ``device`` (keys in mbpo.data.transitions); returns metrics."""
 
     def pop_metrics(self) -> dict[str, float]:
         """Means of the update metrics since the last call, plus ``updates``/``skipped`` counts.

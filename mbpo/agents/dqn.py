@@ -22,7 +22,7 @@ from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
 from mbpo.config import DQNConfig
 from mbpo.config.seeding import derive
-from mbpo.data.replay import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.data.transitions import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.device.state import cpu_copy
 
 __all__ = ["DQN"]

@@ -56,7 +56,7 @@ from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_
 from mbpo.agents.update_metrics import ACTOR_METRICS, METRIC_NAMES, UpdateMetrics
 from mbpo.config import SACConfig
 from mbpo.config.seeding import derive
-from mbpo.data.replay import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
+from mbpo.data.transitions import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD, TERMINATED
 from mbpo.device.precision import resolve_precision
 from mbpo.device.state import cpu_copy
 
@@ -338,7 +338,7 @@ class SAC:
         return obs, action, reward, next_obs, terminated
 
     def update(self, batch: Mapping[str, torch.Tensor]) -> UpdateMetrics:
-        """One fused SAC update from an env-scale batch on ``device`` (keys in mbpo.data.replay).
+        """One fused SAC update from an env-scale batch on ``device`` (keys in mbpo.data.transitions).
 
         Returns :class:`UpdateMetrics` (a ``Mapping[str, float]`` that syncs only when
         read). A non-finite loss or gradient skips every optimizer and target step

@@ -8,7 +8,7 @@ transition starts exactly one n-step transition, emitted ``n - 1`` steps later (
 The envs of a vector step are independent streams; work per step is ``n`` masked gathers over the envs.
 
 With ``keep_first_step`` (MBPO with n-step returns), each n-step row also keeps its first step's reward, next
-observation and termination (mbpo.data.replay.FIRST_STEP): the learner reads the n-step fields and the dynamics
+observation and termination (mbpo.data.transitions.FIRST_STEP): the learner reads the n-step fields and the dynamics
 model, which learns one step, reads the first step's (``first_step_view``). Every 1-step transition still lands
 in the replay buffer exactly once.
 
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from mbpo.data.replay import DISCOUNT, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
+from mbpo.data.transitions import DISCOUNT, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, REWARD, TERMINATED
 
 __all__ = ["NStepBuilder", "DISCOUNT", "n_step_builder"]
 
@@ -42,7 +42,7 @@ class NStepBuilder:
         self._t = 0
 
     def push(self, step: TensorDict, truncated: torch.Tensor, keep: torch.Tensor | None = None) -> TensorDict:
-        """Add one vector step (1-step transitions of every env, mbpo.data.replay keys, batch ``[num_envs]``).
+        """Add one vector step (1-step transitions of every env, mbpo.data.transitions keys, batch ``[num_envs]``).
 
         ``truncated`` says which episodes hit their time limit; returns the n-step transitions complete now.
         Rows not in ``keep`` (a non-finite step that is dropped) emit nothing and end what their env had

@@ -31,7 +31,7 @@ class HandoffError(RuntimeError):
 def check_transitions(
     data: TensorDictBase, where: str, device: torch.device, obs_dim: int, action_space: gym.spaces.Space
 ) -> None:
-    """Device, dtype, shape and finiteness of a transition batch (keys from mbpo.data.replay)."""
+    """Device, dtype, shape and finiteness of a transition batch (keys from mbpo.data.transitions)."""
     b = data.shape[0]
     if isinstance(action_space, gym.spaces.Discrete):
         action: tuple[torch.dtype, tuple[int, ...]] = (torch.int64, (b,))

@@ -26,7 +26,8 @@ from torchrl.data import ReplayBuffer
 
 from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.config.seeding import derive
-from mbpo.data.replay import (
+from mbpo.data.replay import ModelBuffer, newest_indices, rows_written, sample_batches, sample_real
+from mbpo.data.transitions import (
     ACTION,
     DISCOUNT,
     NEXT_OBS,
@@ -35,16 +36,12 @@ from mbpo.data.replay import (
     REWARD,
     TERMINATED,
     TRANSITION_KEYS,
-    ModelBuffer,
     first_step_view,
-    newest_indices,
-    rows_written,
-    sample_batches,
-    sample_real,
 )
 from mbpo.device.checks import check_indices, check_transitions
 from mbpo.device.memory import release_free_memory
 from mbpo.errors import MbpoError
+from mbpo.model_based.budgets import budget_start, trainings_earned
 from mbpo.model_based.health import OPEN_LOOP_HORIZONS, ensemble_step, one_step_errors, open_loop_errors
 from mbpo.model_based.multi_step import NStepBranches
 from mbpo.model_based.rollouts import (
@@ -58,30 +55,10 @@ from mbpo.model_based.rollouts import (
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.rules import check_rules, model_rules
 
-__all__ = ["ModelBased", "MAX_HEALTH_ROWS", "trainings_earned", "budget_start"]
+__all__ = ["ModelBased", "MAX_HEALTH_ROWS"]
 
 MAX_HEALTH_ROWS = 5_000
 """The model's health is measured on at most this many of the newest real transitions (model.max_holdout's size)."""
-
-
-def budget_start(train_freq: int, learning_starts: int) -> int:
-    """The env step the model's budgets count from: one ``train_freq`` before the first training, which is
-    at the first multiple of ``train_freq`` at or after ``learning_starts`` (the paper's first model comes
-    right after its random steps and starts one rollout_batch_size of branches).
-    """
-    return (max(-(-learning_starts // train_freq), 1) - 1) * train_freq
-
-
-def trainings_earned(env_steps: int, train_freq: int, start: int, num_envs: int = 1) -> int:
-    """Model trainings due after ``env_steps`` real transitions (whole vector steps of ``num_envs``), counting
-    from ``start`` (:func:`budget_start`): one at every multiple of ``train_freq`` after it, at most one per
-    vector step, as the sync trainer fits once after a vector step however many multiples it crossed (the
-    async gate counts the same way, so its model thread does not fit several times on the same data).
-    """
-    if num_envs <= train_freq:  # a vector step crosses at most one multiple
-        return max((env_steps - start) // train_freq, 0)
-    first = -(-(start + train_freq) // num_envs)  # every vector step crosses one; the first to reach the first
-    return max(env_steps // num_envs - first + 1, 0)
 
 
 class ModelBased:

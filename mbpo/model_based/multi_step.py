@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
-from mbpo.data.replay import ACTION, DISCOUNT, MODEL_VERSION, NEXT_OBS, OBS, REWARD, TERMINATED, transitions
+from mbpo.data.transitions import ACTION, DISCOUNT, MODEL_VERSION, NEXT_OBS, OBS, REWARD, TERMINATED, transitions
 
 __all__ = ["BRANCH", "NStepBranches"]
 

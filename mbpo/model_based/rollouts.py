@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 from tensordict import TensorDict
 
-from mbpo.data.replay import MODEL_VERSION, transitions
+from mbpo.data.transitions import MODEL_VERSION, transitions
 from mbpo.model_based.multi_step import BRANCH
 from mbpo.models.ensemble import ROW_QUANTUM
 from mbpo.models.rules import RuleFn

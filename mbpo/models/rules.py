@@ -26,7 +26,7 @@ from tensordict import TensorDict
 from envs.contract import Probe
 from mbpo.config import ModelConfig
 from mbpo.config.callables import load_callable
-from mbpo.data.replay import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, real_transitions
+from mbpo.data.transitions import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED, real_transitions
 from mbpo.errors import MbpoError
 from mbpo.models.termination import known_termination
 

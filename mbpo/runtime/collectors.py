@@ -33,7 +33,7 @@ import envs
 from mbpo.config import AgentConfig
 from mbpo.config.seeding import derive
 from mbpo.data.nstep import n_step_builder
-from mbpo.data.replay import real_transitions
+from mbpo.data.transitions import real_transitions
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.queue import TransitionQueue
@@ -51,7 +51,7 @@ COLLECTOR_ID = "collector_id"
 @dataclass
 class CollectorBatch:
     data: TensorDict
-    """Transitions (mbpo.data.replay keys + policy_version + collector_id). Valid until :meth:`release`: with
+    """Transitions (mbpo.data.transitions keys + policy_version + collector_id). Valid until :meth:`release`: with
     the process backend it is a view of a shared-memory slot that is reused afterwards."""
     collector_id: int
     policy_version: int
@@ -114,7 +114,7 @@ class CollectorSetup:
     """Env fields the trainer's start-up check found in another float dtype: collectors cast them to float32
     (envs.contract.as_float32)."""
     keep_first_step: bool = False
-    """n-step rows also carry their first step (mbpo.data.replay.FIRST_STEP): a dynamics model learns from them."""
+    """n-step rows also carry their first step (mbpo.data.transitions.FIRST_STEP): a dynamics model learns from them."""
 
 
 class Collector(Protocol):

@@ -18,7 +18,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from mbpo.model_based.learner import budget_start, trainings_earned
+from mbpo.model_based.budgets import budget_start, trainings_earned
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["RatioGate"]

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDict
 
 import envs
-from mbpo.data.replay import NEXT_OBS, OBS, REWARD
+from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
 from mbpo.errors import MbpoError
 
 __all__ = ["NonFiniteEnvError", "finite_rows", "screen", "reset_poisoned"]
@@ -48,7 +48,7 @@ def finite_rows(step: TensorDict) -> torch.Tensor:
 
 
 def screen(step: TensorDict, policy: str, at_env_step: int, who: str = "") -> torch.Tensor | None:
-    """Hold one vector step (``mbpo.data.replay`` keys, batch ``(num_envs,)``) to ``policy``: None when every
+    """Hold one vector step (``mbpo.data.transitions`` keys, batch ``(num_envs,)``) to ``policy``: None when every
     row is finite (the common case: one sync), else the CPU mask of finite rows under ``drop``, and a
     :class:`NonFiniteEnvError` under ``raise``. ``at_env_step`` is the run's env step of row 0; ``who``
     prefixes the message (``"collector 1: "``).

@@ -22,7 +22,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mbpo.data.replay import ACTION, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
+from mbpo.data.transitions import ACTION, FIRST_STEP, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
 from mbpo.runtime.timing import POLL_S
 
 __all__ = ["SharedRing"]

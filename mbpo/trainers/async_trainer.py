@@ -33,7 +33,7 @@ import torch
 import envs
 from mbpo.agents import acting_config, make_agent
 from mbpo.config import Config, updates_per_transition
-from mbpo.data.replay import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
+from mbpo.data.transitions import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.device.plan import DeviceMismatchError, device_of, same_device
 from mbpo.run.metrics import MetricsLogger

@@ -28,7 +28,7 @@ import torch
 import envs
 from mbpo.config import Config
 from mbpo.data.nstep import n_step_builder
-from mbpo.data.replay import real_transitions
+from mbpo.data.transitions import real_transitions
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.supervisor import StopOnSignals

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from mbpo.agents.base import Agent
 from mbpo.agents.dqn import DQN
 from mbpo.config import DQNConfig
-from mbpo.data.replay import transitions
+from mbpo.data.transitions import transitions
 from mbpo.device.plan import device_of
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,7 +14,7 @@ from mbpo.agents import make_agent
 from mbpo.agents.networks import RunningObsNorm
 from mbpo.agents.sac import SAC
 from mbpo.config import AgentConfig, ConfigError, SACConfig, load_config
-from mbpo.data.replay import NEXT_OBS, OBS
+from mbpo.data.transitions import NEXT_OBS, OBS
 from mbpo.runtime.shared_weights import SharedWeights
 from tests.agents.test_sac import ACT_DIM, HIGH, LOW, OBS_DIM, make_batch
 

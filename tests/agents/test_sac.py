@@ -21,7 +21,7 @@ from mbpo.agents.base import Agent
 from mbpo.agents.networks import BatchedMLP, squashed_gaussian_sample
 from mbpo.agents.sac import METRIC_NAMES, SAC
 from mbpo.config import SACConfig
-from mbpo.data.replay import transitions
+from mbpo.data.transitions import transitions
 from mbpo.device.precision import bf16_autocast_supported
 
 pytestmark = pytest.mark.timeout(120)
@@ -457,7 +457,7 @@ def test_an_n_step_rows_discount_replaces_gamma_in_the_target() -> None:
     """``discount`` (gamma**m of an m-step row) is the bootstrap's discount: gamma itself gives the 1-step
     update bit for bit, 0 gives the update of the same rows marked terminal.
     """
-    from mbpo.data.replay import DISCOUNT
+    from mbpo.data.transitions import DISCOUNT
 
     batch = make_batch()
     one_step, with_gamma = make_sac(), make_sac()

@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from mbpo.data.nstep import DISCOUNT, NStepBuilder
-from mbpo.data.replay import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
+from mbpo.data.transitions import ACTION, NEXT_OBS, NEXT_OBS_VALID, OBS, REWARD, TERMINATED
 
 pytestmark = pytest.mark.timeout(60)
 

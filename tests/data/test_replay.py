@@ -7,7 +7,8 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, transitions
+from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state
+from mbpo.data.transitions import transitions
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -360,7 +360,7 @@ def test_mjlab_time_outs_without_a_final_obs_never_become_next_state_targets(
     rows still train reward and termination; the ensemble's own test covers the masked fit).
     """
     from mbpo.config import load_config
-    from mbpo.data.replay import NEXT_OBS_VALID, real_transitions
+    from mbpo.data.transitions import NEXT_OBS_VALID, real_transitions
     from mbpo.model_based.learner import ModelBased
 
     env = cartpole_auto

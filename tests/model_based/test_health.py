@@ -14,7 +14,7 @@ import envs
 from envs.base import StepResult, VecEnv
 from envs.classic.cartpole import CARTPOLE
 from mbpo.config import load_config
-from mbpo.data.replay import TERMINATED
+from mbpo.data.transitions import TERMINATED
 from mbpo.model_based.health import one_step_errors, open_loop_errors, successors
 from mbpo.model_based.learner import ModelBased
 from mbpo.run.evaluation import critic_bias, evaluate_episodes
@@ -193,7 +193,8 @@ def test_model_health_reaches_the_metrics_after_the_second_training(dropped_ever
                              "model.ensemble_size=3", "model.num_elites=2"]).model
     env = envs.make("CartPole-v1", 1, device="cpu", seed=0)
     mb = ModelBased(cfg, "CartPole-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
-    from mbpo.data.replay import make_replay_buffer, real_transitions
+    from mbpo.data.replay import make_replay_buffer
+    from mbpo.data.transitions import real_transitions
 
     real = make_replay_buffer(1000, "cpu", torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(0)

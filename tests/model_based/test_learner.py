@@ -11,7 +11,8 @@ from tensordict import TensorDict
 
 import envs
 from mbpo.config import load_config
-from mbpo.data.replay import MODEL_VERSION, ModelBuffer, make_replay_buffer, sample_real, transitions
+from mbpo.data.replay import ModelBuffer, make_replay_buffer, sample_real
+from mbpo.data.transitions import MODEL_VERSION, transitions
 from mbpo.model_based.learner import ModelBased
 from mbpo.model_based.rollouts import branched_rollouts, obs_limit_from, rollout_length
 from mbpo.run.metrics import read_metrics
@@ -210,7 +211,7 @@ def test_unknown_next_observations_are_passed_to_the_fit_as_such(monkeypatch: py
     """An env that auto-resets without the true final obs marks those transitions; the ensemble gets
     every row (their reward and termination are real) with the mask, so no placeholder is a target.
     """
-    from mbpo.data.replay import NEXT_OBS_VALID, real_transitions
+    from mbpo.data.transitions import NEXT_OBS_VALID, real_transitions
 
     cfg = load_config(None, ["model.enabled=true"]).model
     env = envs.make("Pendulum-v1", 4, device="cpu", seed=0)

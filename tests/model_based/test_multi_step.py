@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from mbpo.config import ConfigError, load_config
-from mbpo.data.replay import DISCOUNT, MODEL_VERSION, NEXT_OBS, OBS, REWARD, TERMINATED, transitions
+from mbpo.data.transitions import DISCOUNT, MODEL_VERSION, NEXT_OBS, OBS, REWARD, TERMINATED, transitions
 from mbpo.model_based.multi_step import BRANCH, NStepBranches
 from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import AsyncTrainer, SyncTrainer

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from mbpo.config import load_config
 from mbpo.data.nstep import NStepBuilder
-from mbpo.data.replay import ACTION, DISCOUNT, FIRST_STEP, NEXT_OBS, OBS, REWARD, TERMINATED, first_step_view
+from mbpo.data.transitions import ACTION, DISCOUNT, FIRST_STEP, NEXT_OBS, OBS, REWARD, TERMINATED, first_step_view
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.smoke import POINT_MASS_MBPO
 from mbpo.trainers import AsyncTrainer, SyncTrainer

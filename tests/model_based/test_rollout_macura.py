@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mbpo.config import ConfigError, load_config
-from mbpo.data.replay import OBS
+from mbpo.data.transitions import OBS
 from mbpo.model_based.rollouts import UncertaintyThreshold, _quantile, branched_rollouts, obs_limit_from
 from mbpo.models import DynamicsEnsemble
 from mbpo.models.sampling import pairwise_gjs

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mbpo.config import ConfigError, load_config
-from mbpo.data.replay import OBS, TERMINATED
+from mbpo.data.transitions import OBS, TERMINATED
 from mbpo.model_based.rollouts import _most_certain, branched_rollouts, obs_limit_from
 from mbpo.models.sampling import one_vs_rest_kl
 from mbpo.run.metrics import read_metrics

@@ -15,7 +15,7 @@ import envs
 from envs.contract import probe
 from mbpo.config import ConfigError, load_config
 from mbpo.config.callables import load_callable
-from mbpo.data.replay import real_transitions
+from mbpo.data.transitions import real_transitions
 from mbpo.errors import MbpoError
 from mbpo.model_based.learner import ModelBased
 from mbpo.models.rules import Rule, check_rules, env_rule, model_rules, probe_transitions

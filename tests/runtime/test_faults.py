@@ -13,7 +13,7 @@ import torch
 import envs
 from envs.faults import FaultyEnv
 from mbpo.config import Config
-from mbpo.data.replay import NEXT_OBS, OBS, REWARD
+from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
 from mbpo.runtime import collectors
 from mbpo.runtime.collectors import CollectorBatch, NonFiniteEnvError
 from mbpo.runtime.supervisor import CollectorFailure, WorkerError

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from mbpo import cli
-from mbpo.data.replay import NEXT_OBS, OBS, REWARD, as_tensordict
+from mbpo.data.replay import as_tensordict
+from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
 from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
 from tests.conftest import TRAINER_RUNS
 

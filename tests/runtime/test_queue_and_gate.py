@@ -114,7 +114,7 @@ def test_model_trainings_are_one_per_vector_step_that_crosses_a_multiple_of_trai
     """The sync trainer fits once after a vector step however many multiples of train_freq it crossed; the
     count both trainers budget by says the same, vector step by vector step (a wide step earns one, not many).
     """
-    from mbpo.model_based.learner import budget_start, trainings_earned
+    from mbpo.model_based.budgets import budget_start, trainings_earned
 
     for num_envs, train_freq, learning_starts in itertools.product([1, 3, 8, 16, 50, 64, 100], [1, 8, 16, 50],
                                                                     [0, 10, 64, 120]):
@@ -129,7 +129,7 @@ def test_model_trainings_are_one_per_vector_step_that_crosses_a_multiple_of_trai
 
 def test_model_trainings_start_at_learning_starts() -> None:
     """The paper's code fits its first model right after the random steps, then every train_freq."""
-    from mbpo.model_based.learner import budget_start, trainings_earned
+    from mbpo.model_based.budgets import budget_start, trainings_earned
 
     def earned(steps: int, train_freq: int, learning_starts: int) -> int:
         return trainings_earned(steps, train_freq, budget_start(train_freq, learning_starts))

@@ -14,7 +14,7 @@ import envs
 from envs.base import StepResult
 from envs.faults import FaultyEnv
 from mbpo.config import Config, rollouts_per_transition, updates_per_transition
-from mbpo.data.replay import NEXT_OBS, OBS, REWARD
+from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
 from mbpo.runtime.collectors import COLLECTOR_ID, POLICY_VERSION, CollectorBatch
 from mbpo.runtime.gate import RatioGate
 from mbpo.trainers import AsyncTrainer
@@ -707,7 +707,7 @@ def test_stopping_under_load_drains_and_closes_everything(tiny_config: Callable[
 
 def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: Callable[..., Config],
                                                                    thread_baseline: int, every_backend: str) -> None:
-    from mbpo.data.replay import DISCOUNT
+    from mbpo.data.transitions import DISCOUNT
 
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={every_backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
@@ -725,7 +725,7 @@ def test_an_n_step_batch_where_every_episode_ends_at_once_reaches_the_buffer_on_
     one vector step's rows, so the child died and was restarted at every episode end. At the end of the budget
     (step 220) each env's open windows are pushed as time-outs, so no step is lost there either.
     """
-    from mbpo.data.replay import DISCOUNT
+    from mbpo.data.transitions import DISCOUNT
 
     cfg = tiny_config("agent.n_step=3", "env.num_envs=2", "runtime.collection_batch_size=2", "runtime.num_collectors=1",
                       "total_env_steps=440", f"runtime.backend={every_backend}")

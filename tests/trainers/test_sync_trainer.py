@@ -400,7 +400,7 @@ def test_drawing_batches_ahead_changes_no_result(tmp_path: Path, monkeypatch: py
 
 
 def test_n_step_transitions_reach_the_buffer_and_the_update(tmp_path: Path) -> None:
-    from mbpo.data.replay import DISCOUNT
+    from mbpo.data.transitions import DISCOUNT
 
     gamma = 0.99
     trainer = SyncTrainer(tiny(tmp_path, "agent.n_step=3", "env.num_envs=4"), tmp_path)

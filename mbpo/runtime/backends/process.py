@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from mbpo.config import EnvConfig
-from mbpo.data.replay import DISCOUNT
+from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
