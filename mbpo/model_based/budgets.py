@@ -1,4 +1,4 @@
-"""When the model trains: MBPO's budget arithmetic, which the model's learner, the sync trainer and the async
+"""When the model trains: MBPO's budget arithmetic, which the model's learner (under either trainer) and the async
 gate share. Apart from the learner so that the gate, which collector processes and Ray actors import, does not
 bring torchrl's replay buffers into every child.
 """
