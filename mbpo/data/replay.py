@@ -1,5 +1,5 @@
 """Replay buffers: torchrl's storage for real transitions on the plan's device, and a resizable ring for model
-transitions (the transition keys are mbpo.data.transitions').
+transitions (the transition keys and batch constructors are in mbpo.data.transitions).
 
 Sampling uses a dedicated ``torch.Generator`` so a checkpoint can restore it exactly.
 """
