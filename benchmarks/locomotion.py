@@ -98,6 +98,7 @@ CONFIGS: dict[str, tuple[str, list[str]]] = {
     # few thousand updates behind it): every evaluation the screen (5k-15k) or the score (25k-30k) takes comes at
     # least 1,000 env steps (20,000 updates) after the last reset; the unscored one at 17.5k only ~500 after one
     "mbpo_redq_resets": ("mbpo_redq", ["agent.sac.reset_every=120000"]),
+    "mbpo_redq_loop": ("mbpo_redq", ["model.lookahead.enabled=true"]),  # LOOP's ARC plans the behaviour actions
 }
 """Our learners: ``configs/<env>_<stem>.yaml`` and the overrides on it (and :data:`ENV_OVERRIDES`)."""
 ENV_OVERRIDES: dict[str, dict[str, list[str]]] = {
@@ -128,12 +129,14 @@ LABELS = {"mbpo": "MBPO-SAC (ours, utd 20)", "sac_same_ratio": "SAC (ours, utd 2
           "mbpo_redq_nstep3": "MBPO with REDQ's critic, 3-step model rows on 3-step branches (ours, utd 20)",
           "mbpo_redq_macura": "MBPO with REDQ's critic, MACURA's rollouts up to 10 steps (ours, utd 20)",
           "mbpo_redq_resets": "MBPO with REDQ's critic, networks reset every 120,000 updates (ours, utd 20)",
+          "mbpo_redq_loop": "MBPO with REDQ's critic, behaviour actions planned by LOOP's ARC (ours, utd 20)",
           "crossq_sbx": "CrossQ, the authors' sbx code (utd 1, critics 2048 wide; benchmarks/sbx_crossq.py)"}
 NAMES = {"mbpo": "MBPO-SAC", "sac_same_ratio": "SAC (utd 20)", "sb3": "SB3 SAC", "mbpo_sync": "MBPO-SAC, sync trainer",
          "mbpo_lead0": "MBPO-SAC, lead not capped", "mbpo_redq": "MBPO-REDQ", "mbpo_droq": "MBPO-DroQ", "redq": "REDQ",
          "droq": "DroQ", "crossq": "CrossQ", "mbpo_redq_masked": "MBPO-REDQ, M2AC masking 0.5",
          "mbpo_redq_real_half": "MBPO-REDQ, real_ratio 0.5", "mbpo_redq_nstep3": "MBPO-REDQ, 3-step model rows",
          "mbpo_redq_macura": "MBPO-REDQ, MACURA", "mbpo_redq_resets": "MBPO-REDQ, resets",
+         "mbpo_redq_loop": "MBPO-REDQ, LOOP planning",
          "crossq_sbx": "CrossQ (sbx, the authors' code)"}
 """The charts' names, the field's (LABELS, with the settings, stay in the JSON); a learner missing here is drawn
 under its LABELS entry."""

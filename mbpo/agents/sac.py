@@ -288,6 +288,16 @@ class SAC:
             q = self.critic(torch.cat((self.actor.obs_norm(obs), torch.tanh(mean)), -1)).float().squeeze(-1)
         return self.critics.reduce(q)
 
+    @torch.no_grad()
+    def action_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``Q(s, a)`` ``(B,)`` in fp32 for actions in the env's bounds, on this learner's device and precision,
+        the critics reduced as the actor's loss reduces them: what a planner scores a sequence's end with.
+        """
+        with self._weights_lock, self._autocast():  # as the learner's own Q (fp32 output layer): faster here
+            squashed = ((action.float() - self._bias) / self._scale).clamp(-1.0, 1.0)
+            q = self.critic(torch.cat((self.actor.obs_norm(obs.float()), squashed), -1)).float().squeeze(-1)
+        return self.critics.reduce(q)
+
     def entropy_bonus(self) -> float:
         """``alpha * H`` per step, H at ``target_entropy`` (where automatic alpha holds it): the soft part of Q."""
         with self._weights_lock:

@@ -14,6 +14,7 @@ from mbpo.config.schema import (
     ConfigError,
     DQNConfig,
     EnvConfig,
+    LookaheadConfig,
     ModelConfig,
     RayConfig,
     RuntimeConfig,
@@ -24,5 +25,6 @@ from mbpo.config.schema import (
 )
 
 __all__ = ["Config", "ConfigError", "EnvConfig", "SACConfig", "DQNConfig", "AgentConfig", "ModelConfig",
-           "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL", "describe",
-           "updates_per_transition", "rollouts_per_transition", "load_config", "config_from_yaml", "to_yaml"]
+           "LookaheadConfig", "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL",
+           "describe", "updates_per_transition", "rollouts_per_transition", "load_config", "config_from_yaml",
+           "to_yaml"]

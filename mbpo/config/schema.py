@@ -18,8 +18,8 @@ from typing import Any
 from mbpo.errors import MbpoError
 
 __all__ = ["Config", "ConfigError", "EnvConfig", "SACConfig", "DQNConfig", "AgentConfig", "ModelConfig",
-           "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL", "describe",
-           "updates_per_transition", "rollouts_per_transition", "LEARNER"]
+           "LookaheadConfig", "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL",
+           "describe", "updates_per_transition", "rollouts_per_transition", "LEARNER"]
 
 class ConfigError(MbpoError, ValueError):
     """A config file or override names an unknown key, a wrong type or an out-of-range value."""
@@ -192,6 +192,36 @@ class AgentConfig:
 
 
 @dataclass
+class LookaheadConfig:
+    """LOOP's action-time planner, ARC (Sikchi, Zhou, Held 2021, CoRL, "Learning Off-Policy with Online
+    Planning"; the authors' code: github.com/hari-sikchi/LOOP, controllers/arc.py, whose constants are the
+    defaults here). Training actions come from a short lookahead through the dynamics ensemble that scores each
+    action sequence by its model rewards plus the critics' value at its last step (MPPI over truncated-normal
+    sequences and a few of the actor's); evaluation acts with the actor alone.
+    """
+
+    enabled: bool = False
+    """Plan the behaviour actions (SAC with model.enabled only); off = act with the actor, as MBPO."""
+    horizon: int = 3
+    """Actions per planned sequence: the model rewards of the first horizon - 1 steps plus the critics' value of
+    the last (state, action)."""
+    sequences: int = 100
+    """Truncated-normal action sequences drawn per iteration."""
+    actor_sequences: int = 5
+    """Sequences of the actor's deterministic actions along the model (drawn once per action, kept every
+    iteration)."""
+    particles: int = 4
+    """Model draws per sequence through each elite: a sequence's score is the mean over elites and particles."""
+    iterations: int = 5
+    """Refinements of the sampling distribution per action."""
+    kappa: float = 1.0
+    """MPPI's temperature: each sequence weighs exp(kappa * (score - best score))."""
+    var_keep: float = 0.1
+    """Each iteration's variance: var_keep * the old one + (1 - var_keep) * the weighted variance of the
+    sequences (ARC's alpha)."""
+
+
+@dataclass
 class ModelConfig:
     enabled: bool = False
     """MBPO on: learn a dynamics ensemble and train the agent mostly on branched model rollouts."""
@@ -316,6 +346,8 @@ class ModelConfig:
     """Branches stepped through the policy and the ensemble at a time (MBPO's code starts 100,000 per rollout):
     bounds the rollouts' activations whatever rollouts_per_real x train_freq is (on CPU a forward takes at most
     2,048 rows anyway, for the cache); the results do not depend on it."""
+    lookahead: LookaheadConfig = field(default_factory=LookaheadConfig)
+    """LOOP's planner for the behaviour actions (model.lookahead.enabled; off by default)."""
 
 
 @dataclass

@@ -134,6 +134,13 @@ _RANGES: dict[str, tuple[float | None, float | None, bool]] = {
     "model.rollout_start_window": (0, None, True),
     "model.max_lag": (1, None, True),
     "model.rollout_n_step": (1, 100, True),
+    "model.lookahead.horizon": (1, 100, True),
+    "model.lookahead.sequences": (1, None, True),
+    "model.lookahead.actor_sequences": (0, None, True),
+    "model.lookahead.particles": (1, None, True),
+    "model.lookahead.iterations": (1, None, True),
+    "model.lookahead.kappa": (0, None, False),
+    "model.lookahead.var_keep": (0, 1, True),
     "checkpoint.every": (1, None, True),
     "checkpoint.keep": (1, None, True),
     "runtime.num_collectors": (1, None, True),
@@ -232,6 +239,8 @@ def validate(config: Config) -> None:
                           "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
     if m.enabled and m.macura:
         _check_macura(config)
+    if m.lookahead.enabled:
+        _check_lookahead(config)
     for key in ("agent.sac.hidden_sizes", "agent.sac.critic_hidden_sizes", "agent.dqn.hidden_sizes",
                 "model.hidden_sizes"):
         sizes = _get(config, key)
@@ -256,6 +265,16 @@ def _check_macura(config: Config) -> None:
         raise ConfigError(f"model.macura=true adapts each branch's length up to model.rollout_schedule's, which is "
                           f"1 throughout ({m.rollout_schedule!r}); give it a longer length, e.g. "
                           "rollout_schedule=[0,0,10,10] (the MACURA paper's 10), or set macura=false")
+
+
+def _check_lookahead(config: Config) -> None:
+    """model.lookahead.enabled: it plans through the ensemble with SAC's critics."""
+    if not config.model.enabled:
+        raise ConfigError("model.lookahead.enabled=true plans through the dynamics ensemble, which needs "
+                          "model.enabled=true; enable the model or set model.lookahead.enabled=false")
+    if config.agent.name != "sac":
+        raise ConfigError(f"model.lookahead.enabled=true plans continuous actions with SAC's critics; agent.name is "
+                          f"{config.agent.name!r}: use agent.name=sac or set model.lookahead.enabled=false")
 
 
 def learner_keys() -> dict[str, tuple[str, Any]]:

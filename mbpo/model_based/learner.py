@@ -144,6 +144,9 @@ class ModelBased:
         """CUDA event recorded after the newest rollouts were written (None on CPU)."""
         self.debug = False
         """Host-side bounds checks on start-state and elite indices (debug mode)."""
+        self.acting: dict[str, Any] | None = self.ensemble.acting_state() if config.lookahead.enabled else None
+        """model.lookahead: the ensemble as of its last finished fit, for the planners' replicas (published with
+        the policy's weights); replaced, never mutated, so a reader on another thread holds a consistent copy."""
 
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
@@ -214,6 +217,8 @@ class ModelBased:
         for key in self.fit_counts:
             self.fit_counts[key] += int(self.last_fit.get(key, 0))
         self.rollout_len = rollout_length(c.rollout_schedule, self.epoch(env_steps))
+        if self.acting is not None:
+            self.acting = self.ensemble.acting_state()
 
     @torch.no_grad()
     def measure_health(self, data: TensorDict, fresh: torch.Tensor) -> dict[str, float]:
@@ -432,3 +437,5 @@ class ModelBased:
         if isinstance(self.last_rollout, dict):
             self.last_rollout = RolloutStats(**self.last_rollout)
         self.last_fit = dict(state["last_fit"])
+        if self.acting is not None:
+            self.acting = self.ensemble.acting_state()

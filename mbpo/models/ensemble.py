@@ -349,6 +349,20 @@ class DynamicsEnsemble(nn.Module):
         return {"model": cpu_copy(super().state_dict()), "optimizer": cpu_copy(self.optimizer.state_dict()),
                 "elites": list(self.elites), "version": self.version, "generator": self.generator.get_state()}
 
+    def acting_state(self) -> dict[str, Any]:
+        """What a copy that only predicts needs, on CPU (a planner's replica): weights with the normaliser, the
+        elites, the version. Same structure every call (collector processes mirror it in shared memory).
+        """
+        return {"weights": cpu_copy(nn.Module.state_dict(self)), "elites": torch.tensor(self.elites),
+                "version": self.version}
+
+    def load_acting_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`acting_state` (the optimizer and the generator are left alone)."""
+        nn.Module.load_state_dict(self, state["weights"])
+        self.elites = [int(i) for i in torch.as_tensor(state["elites"]).tolist()]
+        self.elite_index = torch.tensor(self.elites, device=self.device)
+        self.version = int(state["version"])
+
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         """Inverse of :meth:`state_dict`; a plain module tensor dict loads only the tensors."""
         if not all(k in state for k in _STATE_KEYS):

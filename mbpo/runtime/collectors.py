@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDict
 
 import envs
-from mbpo.config import AgentConfig
+from mbpo.config import AgentConfig, ModelConfig
 from mbpo.config.seeding import derive
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
@@ -69,6 +69,8 @@ class CollectorBatch:
     """Seconds spent in ``env.step`` for this batch (the time breakdown's env part)."""
     act_s: float = 0.0
     """Seconds spent choosing actions for this batch (policy forward, or random actions in warm-up)."""
+    planned: int = 0
+    """Actions of this batch planned through the model (model.lookahead), not the actor's alone."""
     cpu_s: float = 0.0
     """CPU seconds a process or Ray collector's own process spent since its previous batch (start-up included
     in the first): the trainer adds them to its ``cpu_s``. 0 for a thread collector, whose CPU is the
@@ -115,6 +117,11 @@ class CollectorSetup:
     (envs.contract.as_float32)."""
     keep_first_step: bool = False
     """n-step rows also carry their first step (mbpo.data.transitions.FIRST_STEP): a dynamics model learns from them."""
+    lookahead: ModelConfig | None = None
+    """The model's config where model.lookahead plans the exploring actions (None: the agent acts): each collector
+    then plans through a replica of the ensemble that the published snapshots fill."""
+    env_id: str = ""
+    """env.id, for the task's rules a planning collector's model needs (model.lookahead)."""
 
 
 class Collector(Protocol):
@@ -163,6 +170,13 @@ class EnvStepper:
         """The published weight version the policy holds (0: none yet)."""
         self.n_step = n_step_builder(setup.agent, setup.keep_first_step)
         """Builds n-step transitions (agent.n_step > 1); None for 1-step."""
+        if setup.lookahead is not None:  # imported here: a collector that does not plan never loads the ensemble's code
+            from mbpo.model_based.planning_policy import PlanningPolicy
+
+            self.policy = PlanningPolicy.replica(policy, setup.lookahead, setup.env_id, setup.observation_space,
+                                                 setup.action_space, env, derive(seed, "lookahead"))
+        self.end_episodes: Callable[[torch.Tensor], None] | None = getattr(self.policy, "end_episodes", None)
+        """The planner's warm starts reset where an episode ends (model.lookahead); None for the agent."""
 
     def use_weights(self, version: int, snapshot: dict[str, Any]) -> None:
         """Load published weights into the policy, if they are newer than what it holds."""
@@ -182,6 +196,7 @@ class EnvStepper:
         started = time.monotonic()
         obs, episode_return = self.obs, self.episode_return
         env_s = act_s = 0.0
+        planned = 0
         for t in range(vector_steps):
             random = first + t * n < self.setup.learning_starts
             tick = time.perf_counter()
@@ -189,6 +204,7 @@ class EnvStepper:
                 actions = envs.random_actions(env, self.random_gen)
             else:
                 actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
+                planned += int(getattr(self.policy, "planned", False)) * n
             tock = time.perf_counter()
             next_obs, reward, terminated, truncated, info = env.step(actions)
             act_s, env_s = act_s + tock - tick, env_s + time.perf_counter() - tock
@@ -210,9 +226,13 @@ class EnvStepper:
             if bool(done_cpu.any()):
                 returns.extend(episode_return[done_cpu].tolist())
                 episode_return[done_cpu] = 0.0
+                if self.end_episodes is not None:
+                    self.end_episodes(done_cpu)
             obs, poisoned = reset_poisoned(env, next_obs)
             if poisoned is not None:
                 episode_return[poisoned] = 0.0
+                if self.end_episodes is not None:
+                    self.end_episodes(poisoned)
         self.obs = obs
         if vector_steps == 0 and self.n_step is not None:
             flushed = self.n_step.flush()
@@ -222,7 +242,7 @@ class EnvStepper:
         b = data.shape[0]
         data[COLLECTOR_ID] = torch.full((b,), self.collector_id, dtype=torch.int64, device=data.device)
         return CollectorBatch(data, self.collector_id, policy_version, returns, vector_steps * n, dropped,
-                              time.monotonic(), started, env_s=env_s, act_s=act_s)
+                              time.monotonic(), started, env_s=env_s, act_s=act_s, planned=planned)
 
 
 class CollectorStopped(Exception):

@@ -36,6 +36,7 @@ from mbpo.config import Config, updates_per_transition
 from mbpo.data.transitions import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.device.plan import DeviceMismatchError, device_of, same_device
+from mbpo.model_based.planning_policy import MODEL_KEY
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
@@ -80,13 +81,15 @@ class AsyncTrainer(Trainer):
             min_lead=steps_per_batch * n, max_lead=rt.max_lead, max_lag=config.model.max_lag)
         self.queue: TransitionQueue[CollectorBatch] = TransitionQueue(
             DEBUG_QUEUE_SIZE if config.debug else rt.max_queue_size, rt.queue_full, on_drop=self._dropped)
+        planning = self.model is not None and self.model.acting is not None  # model.lookahead
         self.setup = CollectorSetup(acting_config(config.agent), self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
-                                    rt.collector_threads, config.debug, keep_first_step=config.model.enabled)
+                                    rt.collector_threads, config.debug, keep_first_step=config.model.enabled,
+                                    lookahead=config.model if planning else None, env_id=config.env.id)
         self.backend = make_backend(
             rt.backend, self.setup, self.queue, self.weights, self.gate, num_collectors=self.num_collectors,
             env=config.env, env_device=str(self.env_device), env_seed=self._env_seed, action_seed=self._action_seed,
-            thread_env=self._thread_env, template_snapshot=self.agent.snapshot, ray=rt.ray,
+            thread_env=self._thread_env, template_snapshot=self._snapshot, ray=rt.ray,
             env_factory=self._env_factory)
         if not self.backend.uses_trainer_env:  # it gave the spaces and passed the device check; children build theirs
             self.env.close()
@@ -322,6 +325,7 @@ class AsyncTrainer(Trainer):
         self.nonfinite_dropped += item.dropped_nonfinite
         self.time_s["env"] += item.env_s  # summed over collectors: can exceed the wall-clock
         self.time_s["act"] += item.act_s
+        self.planned_actions += item.planned
         self._collector_cpu_s[0] += item.cpu_s
         self._recent_returns.extend(item.episode_returns)
         if item.env_steps:  # a collector's last open n-step windows took no step: no policy lag to count
@@ -347,8 +351,15 @@ class AsyncTrainer(Trainer):
         if self.updates_issued % self.config.runtime.publish_every == 0:
             self._publish()
 
-    def _publish(self) -> None:
+    def _snapshot(self) -> dict[str, Any]:
+        """What collectors load: the agent's snapshot, and under model.lookahead the ensemble of its last fit."""
         snapshot = self.agent.snapshot()
+        if self.model is not None and self.model.acting is not None:
+            snapshot[MODEL_KEY] = self.model.acting
+        return snapshot
+
+    def _publish(self) -> None:
+        snapshot = self._snapshot()
         if self.config.debug:
             check_snapshot(snapshot, "learner -> collectors")
         self.weights.publish(snapshot)

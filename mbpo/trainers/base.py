@@ -194,6 +194,8 @@ class Trainer:
         self.nonfinite_dropped = 0
         """Env rows dropped for a non-finite value (runtime.nonfinite=drop, mbpo.runtime.nonfinite), all runs of
         the run dir together."""
+        self.planned_actions = 0
+        """Env actions planned through the model (model.lookahead), all runs of the run dir together."""
         self.last_eval_stats: dict[str, float] = {}
         """The spread of the last evaluation's episodes (mbpo.run.evaluation.eval_stats)."""
         self.last_q_bias: dict[str, float] = {}
@@ -355,6 +357,7 @@ class Trainer:
             "updates_per_vector_step": self.config.env.num_envs * self.utd_ratio,
             "skipped_updates": self.agent.num_skipped_updates,
             "nonfinite_dropped": self.nonfinite_dropped,
+            **({"planned_actions": self.planned_actions} if self.config.model.lookahead.enabled else {}),
             **{k: round(v, 3) for k, v in rates.items()},
             **{f"time_{part}_s": round(s, 3) for part, s in self.time_s.items()},
         }
@@ -377,6 +380,7 @@ class Trainer:
             "last_eval_env_steps": self.last_eval_env_steps,
             "recent_returns": list(self._recent_returns),
             "nonfinite_dropped": self.nonfinite_dropped,
+            "planned_actions": self.planned_actions,
             "work_owed": self.work_owed(),
         }
 
@@ -413,6 +417,7 @@ class Trainer:
         self.last_eval_env_steps = t.get("last_eval_env_steps")
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
         self.nonfinite_dropped = int(t.get("nonfinite_dropped", 0))  # 0 in checkpoints that predate it
+        self.planned_actions = int(t.get("planned_actions", 0))
         self.agent.load_state_dict(state["agent"])
         load_replay_state(self.buffer, state["buffer"])
         if self.model is not None:

@@ -29,6 +29,7 @@ import envs
 from mbpo.config import Config
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
+from mbpo.model_based.planning_policy import PlanningPolicy
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.supervisor import StopOnSignals
@@ -53,6 +54,11 @@ class SyncTrainer(Trainer):
 
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()
+        self.policy: Any = self.agent
+        """What acts: the agent, or under model.lookahead a planner over the learner's own ensemble and critics."""
+        if self.model is not None and config.model.lookahead.enabled:
+            self.policy = PlanningPolicy(self.agent, self.model.ensemble, self.model.rules, config.model,
+                                         self.env.action_space, self.seed("lookahead"))
 
     def _cast_to_float32(self, fields: tuple[str, ...]) -> None:
         """Its one training env is the one it steps (state_dict and the rest read through the cast)."""
@@ -151,7 +157,8 @@ class SyncTrainer(Trainer):
         if self.env_steps < self.config.agent.learning_starts:
             actions = envs.random_actions(self.env, self._action_generator)
         else:
-            actions = self.agent.act(obs.cpu(), explore=True).to(self.env.device)
+            actions = self.policy.act(obs.cpu(), explore=True).to(self.env.device)
+            self.planned_actions += int(getattr(self.policy, "planned", False)) * self.env.num_envs
         tock = time.perf_counter()
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         self.time_s["act"] += tock - tick
@@ -181,6 +188,8 @@ class SyncTrainer(Trainer):
         if poisoned is not None:
             self._episode_return[poisoned] = 0.0
         done_cpu = done.cpu()
+        if isinstance(self.policy, PlanningPolicy):  # new episodes start from no warm start
+            self.policy.end_episodes(done_cpu if poisoned is None else done_cpu | poisoned)
         if bool(done_cpu.any()):
             self._recent_returns.extend(self._episode_return[done_cpu].tolist())
             self._episode_return[done_cpu] = 0.0

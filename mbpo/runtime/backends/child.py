@@ -105,7 +105,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
             ring.write(slot, batch.data)
             conn.send(("batch", slot, batch.data.shape[0], batch.policy_version, batch.episode_returns,
                        batch.env_steps, batch.dropped_nonfinite, batch.created_at, batch.started_at, batch.env_s,
-                       batch.act_s, cpu_since_last()))
+                       batch.act_s, batch.planned, cpu_since_last()))
     except (EOFError, BrokenPipeError):
         return  # the trainer is gone or has closed our pipe: nothing left to report to
     except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides

@@ -175,7 +175,7 @@ class ProcessCollector(CollectorLoop):
 
     def _finish(self, slot: int) -> CollectorBatch:
         ring = self.backend.ring
-        _, done, rows, version, returns, env_steps, dropped, created, started, env_s, act_s, cpu = self._recv()
+        _, done, rows, version, returns, env_steps, dropped, created, started, env_s, act_s, planned, cpu = self._recv()
         assert done == slot, f"collector {self.collector_id}'s child answered slot {done} before slot {slot}"
         data = ring.view(slot, rows)
         if self.setup.debug:
@@ -183,7 +183,8 @@ class ProcessCollector(CollectorLoop):
                               data["obs"].shape[-1], self.setup.action_space)
         self._slots.discard(slot)
         return CollectorBatch(data, self.collector_id, version, list(returns), env_steps, dropped, created, started,
-                              env_s=env_s, act_s=act_s, cpu_s=cpu, on_release=lambda: ring.free(slot))
+                              env_s=env_s, act_s=act_s, planned=planned, cpu_s=cpu,
+                              on_release=lambda: ring.free(slot))
 
     def _send(self, message: tuple, required: bool = False) -> None:
         try:

@@ -141,7 +141,8 @@ class RayCollector(CollectorLoop):
         now = time.monotonic()  # the actor's clock may be another machine's: times are the driver's
         return CollectorBatch(td, self.collector_id, result["policy_version"], list(result["episode_returns"]),
                               result["env_steps"], result["dropped"], now, now - result["seconds"],
-                              env_s=result["env_s"], act_s=result["act_s"], cpu_s=result["cpu_s"])
+                              env_s=result["env_s"], act_s=result["act_s"], planned=result["planned"],
+                              cpu_s=result["cpu_s"])
 
     def _result(self, ref: Any, startup: bool = False) -> Any:
         """``ray.get(ref)`` once ``ray.wait`` says it is ready; heartbeats while waiting; an actor's error or

@@ -85,7 +85,7 @@ class CollectorActor:
         return {"data": to_numpy(batch.data.to_dict()), "policy_version": batch.policy_version,
                 "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
                 "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at,
-                "env_s": batch.env_s, "act_s": batch.act_s, "cpu_s": self._cpu_since_last()}
+                "env_s": batch.env_s, "act_s": batch.act_s, "planned": batch.planned, "cpu_s": self._cpu_since_last()}
 
     def close(self) -> None:
         self.env.close()
