@@ -289,14 +289,17 @@ class SAC:
         return self.critics.reduce(q)
 
     @torch.no_grad()
-    def action_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``Q(s, a)`` ``(B,)`` in fp32 for actions in the env's bounds, on this learner's device and precision,
-        the critics reduced as the actor's loss reduces them: what a planner scores a sequence's end with.
+    def action_value(self, obs: torch.Tensor, action: torch.Tensor, first: bool = False) -> torch.Tensor:
+        """``Q(s, a)`` ``(B,)`` in fp32 for actions in the env's bounds, on this learner's device and precision:
+        what a planner scores a sequence's end with. The critics reduced as the actor's loss reduces them, or
+        (``first``) the first critic alone.
         """
+        members = torch.zeros(1, dtype=torch.long, device=self.device) if first and not self.config.crossq else None
         with self._weights_lock, self._autocast():  # as the learner's own Q (fp32 output layer): faster here
             squashed = ((action.float() - self._bias) / self._scale).clamp(-1.0, 1.0)
-            q = self.critic(torch.cat((self.actor.obs_norm(obs.float()), squashed), -1)).float().squeeze(-1)
-        return self.critics.reduce(q)
+            x = torch.cat((self.actor.obs_norm(obs.float()), squashed), -1)
+            q = self.critic(x, members=members).float().squeeze(-1)
+        return q[0] if first else self.critics.reduce(q)
 
     def entropy_bonus(self) -> float:
         """``alpha * H`` per step, H at ``target_entropy`` (where automatic alpha holds it): the soft part of Q."""

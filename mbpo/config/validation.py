@@ -37,6 +37,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "agent.sac.reset_layers": ("all", "last"),
     "model.precision": ("fp32", "bf16", "auto"),
     "model.fit_baseline": ("new_fit", "pre_fit"),
+    "model.lookahead.value": ("first", "actor"),
     "trainer": ("async", "sync"),
     "runtime.queue_full": ("block", "drop_oldest"),
     "runtime.backend": ("thread", "process", "ray"),

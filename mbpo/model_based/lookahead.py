@@ -14,10 +14,10 @@ is the next mean (reset where an episode ends).
 Deviations from arc.py, none of which changes a score it uses: only the elites run (arc.py also steps the
 non-elite members and never reads them), the model stops at the last scored state (arc.py takes one more
 step, and lets a termination predicted there zero the value of the step before it: here a value is zeroed
-by the terminations before it only), the critics are reduced as the actor's loss reduces them (arc.py's
-SAC reads its first critic; REDQ's actor reads the mean of ten), the initial variance is per action
-dimension (arc.py takes the first dimension's range for all), and a score the model made non-finite weighs
-nothing (all non-finite: the actor's action).
+by the terminations before it only), the critics may be reduced as the actor's loss reduces them instead of
+read from the first (``value``: arc.py's SAC reads its first; REDQ's actor the mean of ten), the initial
+variance is per action dimension (arc.py takes the first dimension's range for all), and a score the model
+made non-finite weighs nothing (all non-finite: the actor's action).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class PlanningAgent(Protocol):
 
     def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor: ...
 
-    def action_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor: ...
+    def action_value(self, obs: torch.Tensor, action: torch.Tensor, first: bool = False) -> torch.Tensor: ...
 
 
 class Lookahead:
@@ -171,6 +171,7 @@ class Lookahead:
             alive &= ~terminated
             state = next_state
         last = actions[:, h - 1].expand(e, rows, self.act_dim)
-        value = self.agent.action_value(state.reshape(-1, obs_dim), last.reshape(-1, self.act_dim)).view(e, rows)
+        value = self.agent.action_value(state.reshape(-1, obs_dim), last.reshape(-1, self.act_dim),
+                                        first=self.config.value == "first").view(e, rows)
         total += torch.where(alive, value.float(), 0.0)
         return total.view(e, b, candidates, p).mean((0, 3))

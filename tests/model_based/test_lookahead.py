@@ -59,7 +59,7 @@ class Critic:
     def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         return torch.full((obs.shape[0], 1), self.actor_action)
 
-    def action_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def action_value(self, obs: torch.Tensor, action: torch.Tensor, first: bool = False) -> torch.Tensor:
         return self.q(obs, action) if self.q is not None else 10 * obs[:, 0] + action[:, 0]
 
 
@@ -151,3 +151,21 @@ def test_a_plan_is_reproducible_from_its_seed() -> None:
 def test_without_a_termination_rule_or_head_it_refuses() -> None:
     with pytest.raises(ValueError, match="termination rule or the ensemble's termination head"):
         Lookahead(LookaheadConfig(), Critic(), LineModel(), None, None, BOX, seed=0)
+
+
+@pytest.mark.parametrize("crossq", [False, True])
+def test_sacs_action_value_is_the_first_critic_or_the_actors_reduction(crossq: bool) -> None:
+    """On env-unit actions (bounds [-2, 2]): the critics see them squashed to [-1, 1], as in the update."""
+    from mbpo.agents.sac import SAC
+    from mbpo.config import SACConfig
+
+    box = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    obs_space = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+    agent = SAC(SACConfig(hidden_sizes=[16, 16], num_critics=4, actor_q="mean", crossq=crossq), obs_space, box,
+                "cpu", seed=0)
+    obs, action = torch.randn(5, 3, generator=torch.Generator().manual_seed(0)), torch.tensor([[-2.0], [-1.0], [0.0],
+                                                                                              [1.0], [2.0]])
+    with torch.no_grad():
+        q = agent.critic(torch.cat((obs, action / 2), -1)).float().squeeze(-1)  # [4, 5]
+    assert torch.allclose(agent.action_value(obs, action, first=True), q[0], atol=1e-5)
+    assert torch.allclose(agent.action_value(obs, action), q.mean(0), atol=1e-5)
