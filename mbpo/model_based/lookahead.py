@@ -73,6 +73,15 @@ class Lookahead:
         self.mean: torch.Tensor | None = None
         """``(num_envs, horizon, act_dim)``: each env's warm start, the sequence its last action came from."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """The warm starts and the generator, on CPU: what a resume needs to plan as an unbroken run would."""
+        return {"mean": None if self.mean is None else self.mean.cpu().clone(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mean = None if state["mean"] is None else state["mean"].to(self.device)
+        self.generator.set_state(state["generator"])
+
     def end_episodes(self, done: torch.Tensor) -> None:
         """Forget the warm start of the envs whose episode just ended (bool ``(num_envs,)``)."""
         if self.mean is not None and bool(done.any()):

@@ -61,6 +61,13 @@ class PlanningPolicy:
         """Forget the warm starts of the envs whose episode ended."""
         self.planner.end_episodes(done)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The planner's own state (warm starts, generator); the weights are the agent's and the model's."""
+        return self.planner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.planner.load_state_dict(state)
+
     def load_snapshot(self, snapshot: Mapping[str, Any]) -> None:
         """The agent's weights, and the ensemble's where the snapshot carries a newer fit."""
         self.agent.load_snapshot(snapshot)

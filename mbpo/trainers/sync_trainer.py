@@ -207,6 +207,7 @@ class SyncTrainer(Trainer):
             "action_generator": self._action_generator.get_state(),
             "env_ahead": self._env_ahead,
             "n_step": None if self._n_step is None else self._n_step.state_dict(),
+            "lookahead": self.policy.state_dict() if isinstance(self.policy, PlanningPolicy) else None,
         }
         state["env"] = self.env.state_dict() if hasattr(self.env, "state_dict") and not self._env_ahead else None
         return state
@@ -218,6 +219,8 @@ class SyncTrainer(Trainer):
         self._action_generator.set_state(t["action_generator"])
         if self._n_step is not None and t.get("n_step") is not None:  # None: an mbpo that did not save them
             self._n_step.load_state_dict(t["n_step"], self.env.device)
+        if isinstance(self.policy, PlanningPolicy) and t.get("lookahead") is not None:  # None: planning off then
+            self.policy.load_state_dict(t["lookahead"])
         if state["env"] is not None and hasattr(self.env, "load_state_dict"):
             self.env.load_state_dict(state["env"])
             self._obs = t["obs"].to(self.env.device)
@@ -231,3 +234,5 @@ class SyncTrainer(Trainer):
                           "uninterrupted one", stacklevel=2)
             self._obs = self.env.reset()
             self._episode_return.zero_()
+            if isinstance(self.policy, PlanningPolicy):  # no warm start carries into the new episodes
+                self.policy.end_episodes(torch.ones(self.env.num_envs, dtype=torch.bool))

@@ -102,6 +102,9 @@ VARIANTS["sac-resets"] = (*VARIANTS["sac"], "agent.sac.reset_every=101")
 """Resets (agent.sac.reset_every): the half run of test_resume_is_exact stops at 202 updates, a multiple of 101,
 with that reset still owed to the next update, so the resume must make it as the unbroken run does."""
 VARIANTS["sac-nstep3"] = (*VARIANTS["sac"], "agent.n_step=3")
+VARIANTS["mbpo-lookahead"] = (*VARIANTS["mbpo"], "model.lookahead.enabled=true", "model.lookahead.sequences=8",
+                              "model.lookahead.iterations=2")
+"""LOOP's planner (model.lookahead): its warm starts and its generator go on across the resume."""
 VARIANTS["mbpo-nstep3"] = (*VARIANTS["mbpo"], "agent.n_step=3", "env.num_envs=5")
 """n-step returns (agent.n_step): the half run stops with windows of n - 1 steps pending in every env, which the
 resume must go on from, not drop: both stop mid-episode (Pendulum's 200 steps at 150 vector steps, PointMass's 25
