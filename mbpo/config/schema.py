@@ -218,7 +218,8 @@ class LookaheadConfig:
     """MPPI's temperature: each sequence weighs exp(kappa * (score - best score))."""
     value: str = "first"
     """The critics' value at a sequence's end: first (the first critic, as arc.py reads SAC's first; with REDQ's
-    ten critics a tenth of the cost) or actor (all critics, reduced as the actor's loss reduces them)."""
+    ten critics a tenth of the cost, not under CrossQ, whose batch renorm runs them all) or actor (all critics,
+    reduced as the actor's loss reduces them)."""
     var_keep: float = 0.1
     """Each iteration's variance: var_keep * the old one + (1 - var_keep) * the weighted variance of the
     sequences (ARC's alpha)."""

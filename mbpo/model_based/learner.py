@@ -437,5 +437,5 @@ class ModelBased:
         if isinstance(self.last_rollout, dict):
             self.last_rollout = RolloutStats(**self.last_rollout)
         self.last_fit = dict(state["last_fit"])
-        if self.acting is not None:
+        if self.acting is not None and not self.fit_pending:  # a fit cut short: planners wait for its redo
             self.acting = self.ensemble.acting_state()

@@ -11,13 +11,20 @@ undiscounted model rewards over the first ``horizon - 1`` steps plus the critics
 behaviour action is the first of one sequence drawn by those weights, and that sequence, shifted one step,
 is the next mean (reset where an episode ends).
 
-Deviations from arc.py, none of which changes a score it uses: only the elites run (arc.py also steps the
-non-elite members and never reads them), the model stops at the last scored state (arc.py takes one more
-step, and lets a termination predicted there zero the value of the step before it: here a value is zeroed
-by the terminations before it only), the critics may be reduced as the actor's loss reduces them instead of
-read from the first (``value``: arc.py's SAC reads its first; REDQ's actor the mean of ten), the initial
-variance is per action dimension (arc.py takes the first dimension's range for all), and a score the model
-made non-finite weighs nothing (all non-finite: the actor's action).
+Deviations from arc.py:
+
+* scores: the model stops at the last scored state; arc.py takes one more step and lets a termination
+  predicted there zero the value of the step before it (here a value is zeroed by the terminations before it
+  only); ``value: actor`` reduces the critics as the actor's loss does instead of reading the first (arc.py's
+  SAC reads its first; REDQ's actor the mean of ten); a non-finite score weighs nothing (an iteration with none
+  finite puts all weight on the first actor sequence), and an actor action the model made non-finite is
+  replaced by the middle of the bounds (its sequence's score is non-finite anyway);
+* bounds: per action dimension for the initial variance, the clipping and the reset mean (arc.py takes the
+  first dimension's range for all, and resets the mean to zeros), the same for bounds of [-1, 1];
+* cost only: only the elites run (arc.py also steps the non-elite members and never reads them), and the
+  actor's sequences deal their rows to random elites round-robin (arc.py draws an elite per row);
+* evaluation: the caller's (mbpo evaluates the actor; the authors log both the actor and the planner's
+  weighted mean, ``plan(sample=False)``).
 """
 
 from __future__ import annotations
@@ -141,8 +148,10 @@ class Lookahead:
             return out
         state = obs.unsqueeze(1).expand(b, n, obs.shape[1]).reshape(b * n, -1)
         zero = torch.zeros((b * n, self.act_dim), device=self.device)
+        middle = (self.low + self.high) / 2
         for t in range(c.horizon):
             action = self.agent.rollout_act(state, zero).float()
+            action = torch.where(torch.isfinite(action), action, middle)  # a model state the actor made NaN of
             out[:, :, t] = action.view(b, n, self.act_dim)
             if t < c.horizon - 1:
                 state = self.ensemble.sample(state, action, self.generator)[0]

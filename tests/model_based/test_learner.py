@@ -322,3 +322,24 @@ def test_branches_start_from_the_newest_rows_of_the_start_window(window: int) ->
         assert int(started.min()) >= 120 and len(set(started.tolist())) > 20  # the window, and most of it
     else:
         assert int(started.min()) < 100 and int(started.max()) >= 120  # old rows and new ones alike
+
+
+@pytest.mark.parametrize("cut_short", [False, True])
+def test_planners_get_the_ensemble_of_the_last_finished_fit_also_after_a_resume(cut_short: bool) -> None:
+    """model.lookahead publishes the ensemble as of its last finished fit (ModelBased.acting); a checkpoint
+    taken with a fit cut short by a stop holds that fit's half-trained weights, which no planner gets before the
+    resume redoes the fit (as no rollout comes from them).
+    """
+    cfg = load_config(None, ["model.enabled=true", "model.lookahead.enabled=true", "model.hidden_sizes=[16,16]",
+                             "model.weight_decay=[0,0,0]", "model.max_epochs=2"]).model
+    env = envs.make("Pendulum-v1", 1, device="cpu", seed=0)
+    model = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+    assert model.acting is not None and model.acting["version"] == 0
+    data = transitions(torch.randn(64, 3), torch.rand(64, 1) * 4 - 2, torch.randn(64), torch.randn(64, 3),
+                       torch.zeros(64, dtype=torch.bool))
+    model.train(data, env_steps=64, should_stop=(lambda: True) if cut_short else None)
+    assert model.fit_pending is cut_short
+    assert model.acting["version"] == (0 if cut_short else 1)
+    resumed = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=1)
+    resumed.load_state_dict(model.state_dict())
+    assert resumed.acting is not None and resumed.acting["version"] == (0 if cut_short else 1)

@@ -169,3 +169,37 @@ def test_sacs_action_value_is_the_first_critic_or_the_actors_reduction(crossq: b
         q = agent.critic(torch.cat((obs, action / 2), -1)).float().squeeze(-1)  # [4, 5]
     assert torch.allclose(agent.action_value(obs, action, first=True), q[0], atol=1e-5)
     assert torch.allclose(agent.action_value(obs, action), q.mean(0), atol=1e-5)
+
+
+def test_an_actor_action_the_model_made_non_finite_never_reaches_the_plan() -> None:
+    """The actor turns a predicted state into NaN actions: that sequence's score is non-finite and weighs
+    nothing, and the plan, its warm start and the next plans stay finite (the sampled sequences carry on).
+    """
+
+    class NanActor(Critic):
+        def rollout_act(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            return torch.where(obs[:, :1] == 0, 0.5, torch.nan)  # finite on the real state only
+
+    plan = planner(LookaheadConfig(horizon=3), NanActor(q=lambda obs, a: -(a[:, 0] - 0.3) ** 2))
+    for _ in range(3):
+        action = plan.plan(torch.zeros(2, 2))
+        assert bool(torch.isfinite(action).all())
+        assert plan.mean is not None and bool(torch.isfinite(plan.mean).all())
+
+
+def test_a_collectors_replica_plans_in_what_its_own_cpu_computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.precision was resolved for the learner's device (bf16 on a GPU): a collector's CPU without native
+    bf16 still builds its replica, in fp32.
+    """
+    from mbpo.agents.sac import SAC
+    from mbpo.config import ModelConfig, SACConfig
+    from mbpo.device import precision
+    from mbpo.model_based.planning_policy import PlanningPolicy
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (False, "no bf16 here (test)"))
+    obs_space = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+    config = ModelConfig(enabled=True, hidden_sizes=[16, 16], weight_decay=[0, 0, 0], precision="bf16",
+                         lookahead=LookaheadConfig(enabled=True))
+    agent = SAC(SACConfig(hidden_sizes=[16, 16], precision="fp32"), obs_space, BOX, "cpu", seed=0)
+    policy = PlanningPolicy.replica(agent, config, "Pendulum-v1", obs_space, BOX, None, seed=0)
+    assert policy.ensemble.precision == "fp32"
