@@ -54,7 +54,10 @@ def test_a_replica_filled_from_a_snapshot_plans_as_the_learners_own_objects() ->
                          lookahead=LookaheadConfig(enabled=True, sequences=8, iterations=2))
     agent = SAC(SACConfig(hidden_sizes=[16, 16]), obs_space, act_space, "cpu", seed=1)
     rules = model_rules(config, "Pendulum-v1")
-    ensemble = DynamicsEnsemble(config, 3, act_space, "cpu", seed=2, learn_termination=rules.termination is None)
+    replica = PlanningPolicy.replica(SAC(SACConfig(hidden_sizes=[16, 16]), obs_space, act_space, "cpu", seed=9),
+                                     config, "Pendulum-v1", obs_space, act_space, None, seed=5)
+    ensemble = DynamicsEnsemble(config, 3, act_space, "cpu", seed=2, learn_termination=rules.termination is None,
+                                precision=replica.ensemble.precision)  # what a collector's CPU computes natively
     with torch.no_grad():  # a "fitted" ensemble: other weights, a normaliser, elites, a version
         for p in ensemble.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
@@ -62,8 +65,6 @@ def test_a_replica_filled_from_a_snapshot_plans_as_the_learners_own_objects() ->
     ensemble.set_elites([0.3, 0.1, 0.2])
     ensemble.version = 4
     learner = PlanningPolicy(agent, ensemble, rules, config, act_space, seed=5)
-    replica = PlanningPolicy.replica(SAC(SACConfig(hidden_sizes=[16, 16]), obs_space, act_space, "cpu", seed=9),
-                                     config, "Pendulum-v1", obs_space, act_space, None, seed=5)
     obs = torch.tensor([[0.5, -0.2, 1.0], [1.0, 0.0, -3.0]])
     replica.load_snapshot({**agent.snapshot(), MODEL_KEY: ensemble.acting_state()})
     assert replica.ensemble.elites == [1, 2] and replica.ensemble.version == 4
