@@ -75,6 +75,8 @@ class Lookahead:
         self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
         self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         self.act_dim = int(self.low.shape[0])
+        self.middle = (self.low + self.high) / 2
+        """Where a mean starts (arc.py: zeros, the middle of [-1, 1])."""
         self.initial_var = (self.high - self.low).square() / 16  # arc.py: (high - low)^2 / 16
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.mean: torch.Tensor | None = None
@@ -92,7 +94,7 @@ class Lookahead:
     def end_episodes(self, done: torch.Tensor) -> None:
         """Forget the warm start of the envs whose episode just ended (bool ``(num_envs,)``)."""
         if self.mean is not None and bool(done.any()):
-            self.mean[done.to(self.device)] = (self.low + self.high) / 2
+            self.mean[done.to(self.device)] = self.middle
 
     @torch.no_grad()
     def plan(self, obs: torch.Tensor, sample: bool = True) -> torch.Tensor:
@@ -103,7 +105,7 @@ class Lookahead:
         obs = obs.to(self.device, torch.float32)
         b, h = obs.shape[0], c.horizon
         if self.mean is None or self.mean.shape[0] != b:
-            self.mean = ((self.low + self.high) / 2).expand(b, h, self.act_dim).clone()
+            self.mean = self.middle.expand(b, h, self.act_dim).clone()
         mean = torch.cat((self.mean[:, 1:], self.mean[:, -1:]), 1)  # shifted one step: arc.py's warm start
         var = self.initial_var.expand(b, h, self.act_dim)
         actor = self.actor_sequences(obs)
@@ -148,10 +150,9 @@ class Lookahead:
             return out
         state = obs.unsqueeze(1).expand(b, n, obs.shape[1]).reshape(b * n, -1)
         zero = torch.zeros((b * n, self.act_dim), device=self.device)
-        middle = (self.low + self.high) / 2
         for t in range(c.horizon):
             action = self.agent.rollout_act(state, zero).float()
-            action = torch.where(torch.isfinite(action), action, middle)  # a model state the actor made NaN of
+            action = torch.where(torch.isfinite(action), action, self.middle)  # a model state the actor made NaN of
             out[:, :, t] = action.view(b, n, self.act_dim)
             if t < c.horizon - 1:
                 state = self.ensemble.sample(state, action, self.generator)[0]
