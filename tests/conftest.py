@@ -66,8 +66,25 @@ def trainer_run(request: pytest.FixtureRequest) -> str:
     where its extra is missing.
     """
     if request.param == "ray":
-        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+        request.getfixturevalue("module_ray")
     return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def module_ray() -> Iterator[None]:
+    """One private loopback Ray per test module (and xdist worker) that the module's in-process ``ray`` runs
+    join, as a run joins a Ray already initialized in its process, instead of each starting and stopping its
+    own: that is about 4 s of 2 cores a run. What a run's own private Ray does (loopback only, gone after the
+    run, the signals) is tests/runtime/test_ray_backend.py's, whose runs start their own. Skipped, with the
+    reason, only where the ray extra is missing.
+    """
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    from mbpo.runtime.backends.ray import start_private_ray, stop_private_ray
+
+    assert not ray.is_initialized(), "a Ray left initialized by an earlier test"
+    saved = start_private_ray(ray, num_cpus=8)  # logical CPUs: room for every run's collectors
+    yield
+    stop_private_ray(ray, saved)
 
 
 @pytest.fixture

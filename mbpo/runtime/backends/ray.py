@@ -44,7 +44,7 @@ from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.timing import POLL_S, RAY_BEAT_EVERY_S, RAY_START_TIMEOUT_S
 from mbpo.runtime.weights import WeightStore
 
-__all__ = ["RayBackend", "RayCollector", "RayCollectorError", "import_ray"]
+__all__ = ["RayBackend", "RayCollector", "RayCollectorError", "import_ray", "start_private_ray", "stop_private_ray"]
 
 INSTALL = 'pip install -e ".[ray]"'
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -66,6 +66,35 @@ def stop_signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start_private_ray(ray: Any, num_cpus: float) -> tuple[str | None, bool]:
+    """Start a new local Ray whose servers listen on loopback only; returns what :func:`stop_private_ray` restores.
+
+    ray.init turns a node address of 127.0.0.1 into this machine's reachable one, and its servers then listen on
+    every interface; with cluster mode off (the switch Ray uses on macOS and Windows) the node address is loopback
+    and every server binds 127.0.0.1. Set for Ray's own processes (the environment) and for this one (the
+    constant Ray read when it was imported). "local": a new Ray even where RAY_ADDRESS is set or another runs here.
+    """
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    saved = (os.environ.get(LOOPBACK_ENV), ray._private.ray_constants.ENABLE_RAY_CLUSTER)
+    os.environ[LOOPBACK_ENV] = "0"
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
+    with stop_signals_blocked():
+        ray.init(address="local", num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
+                 configure_logging=False, log_to_driver=True)
+    return saved
+
+
+def stop_private_ray(ray: Any, saved: tuple[str | None, bool]) -> None:
+    """Shut down the Ray :func:`start_private_ray` started and restore the cluster mode it changed."""
+    ray.shutdown()
+    env, constant = saved
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = constant
+    if env is None:
+        os.environ.pop(LOOPBACK_ENV, None)
+    else:
+        os.environ[LOOPBACK_ENV] = env
 
 
 class RayCollectorError(RuntimeError):
@@ -236,22 +265,12 @@ class RayBackend:
     def _connect(self, num_collectors: int) -> None:
         c = self.config
         if c.address is None:  # private, local, loopback only
-            os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-            # ray.init turns a node address of 127.0.0.1 into this machine's reachable one, and its servers
-            # then listen on every interface; with cluster mode off (the switch Ray uses on macOS and Windows)
-            # the node address is loopback and every server binds 127.0.0.1. Set for Ray's own processes (the
-            # environment) and for this one (the constant Ray read when it was imported).
-            self._cluster_mode = (os.environ.get(LOOPBACK_ENV), self.ray._private.ray_constants.ENABLE_RAY_CLUSTER)
-            os.environ[LOOPBACK_ENV] = "0"
-            self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
             num_cpus = c.num_cpus if c.num_cpus is not None else num_collectors * c.num_cpus_per_collector + 1
             if os.environ.get("RAY_ADDRESS"):
                 print(f"[mbpo] ray: RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set, runtime.ray.address is not: "
                       "starting a private Ray all the same (runtime.ray.address=auto joins RAY_ADDRESS's)",
                       file=sys.stderr)
-            with stop_signals_blocked():  # "local": a new Ray even where RAY_ADDRESS is set or another runs here
-                self.ray.init(address="local", num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
-                              configure_logging=False, log_to_driver=True)
+            self._cluster_mode = start_private_ray(self.ray, num_cpus)
             self.started_ray = True
         else:
             self.ray.init(address=c.address, configure_logging=False, log_to_driver=True)
@@ -289,11 +308,5 @@ class RayBackend:
         """Stop publishing; shut down the Ray this run started (a joined cluster is left running)."""
         self.weights.remove_mirror(self._put)
         if self.started_ray:
-            self.ray.shutdown()
+            stop_private_ray(self.ray, self._cluster_mode)
             self.started_ray = False
-            env, constant = self._cluster_mode
-            self.ray._private.ray_constants.ENABLE_RAY_CLUSTER = constant
-            if env is None:
-                os.environ.pop(LOOPBACK_ENV, None)
-            else:
-                os.environ[LOOPBACK_ENV] = env
