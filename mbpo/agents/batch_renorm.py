@@ -46,13 +46,25 @@ class BatchRenorm(nn.Module):
         self.register_buffer("running_var", torch.ones(shape))
         self.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.int64))
 
-    def forward(self, x: torch.Tensor, batch_stats: bool = False, detach_params: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch_stats: bool = False, detach_params: bool = False,
+                members: torch.Tensor | None = None) -> torch.Tensor:
         """Normalise ``x``; ``batch_stats=True`` uses (and folds into the running statistics) this batch's.
 
-        ``detach_params=True`` uses the scale and shift as constants (SAC's actor loss through the critic).
+        ``detach_params=True`` uses the scale and shift as constants (SAC's actor loss through the critic);
+        ``members`` (indices into the prefix's first dim) normalises with those members' running statistics
+        only (a planner scoring with one critic), never with a batch's: folding a subset's statistics in would
+        move only some members'.
         """
         x = x.float()
-        running_std = (self.running_var + self.eps).sqrt()
+        if members is not None and batch_stats:
+            raise ValueError("BatchRenorm: a subset of members normalises with the running statistics only "
+                             "(batch_stats=False)")
+        running_mean, running_var = self.running_mean, self.running_var
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        if members is not None:
+            running_mean, running_var = running_mean[members], running_var[members]
+            weight, bias = weight[members], bias[members]
+        running_std = (running_var + self.eps).sqrt()
         if batch_stats:
             n = x.shape[-2]
             mean = x.mean(-2, keepdim=True)
@@ -69,8 +81,7 @@ class BatchRenorm(nn.Module):
                 self.running_var.lerp_(unbiased, self.momentum)
                 self.num_batches_tracked.add_(1)
         else:
-            y = (x - self.running_mean) / running_std
-        weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+            y = (x - running_mean) / running_std
         return y * weight + bias
 
     def extra_repr(self) -> str:

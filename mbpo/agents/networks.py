@@ -208,11 +208,12 @@ class BatchedMLP(nn.Module):
         """
         renorms = list(self.renorms)
         if renorms:
-            if members is not None:
-                raise ValueError("BatchedMLP: a subset of members is not supported with batch renorm")
+            if members is not None and batch_stats:
+                raise ValueError("BatchedMLP: a subset of members runs with batch renorm's running statistics "
+                                 "only (batch_stats=False)")
             if x.dim() == 2:
-                x = x.unsqueeze(0).expand(self.members, -1, -1)
-            x = renorms[0](x, batch_stats, detach_params)
+                x = x.unsqueeze(0).expand(self.members if members is None else members.numel(), -1, -1)
+            x = renorms[0](x, batch_stats, detach_params, members)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             if i == last and self.fp32_output:
@@ -231,7 +232,7 @@ class BatchedMLP(nn.Module):
                     x = F.layer_norm(x, x.shape[-1:]) * scale + shift
                 x = self.activation(x)
                 if renorms:
-                    x = renorms[i + 1](x, batch_stats, detach_params)
+                    x = renorms[i + 1](x, batch_stats, detach_params, members)
         return x
 
 

@@ -294,7 +294,7 @@ class SAC:
         what a planner scores a sequence's end with. The critics reduced as the actor's loss reduces them, or
         (``first``) the first critic alone.
         """
-        members = torch.zeros(1, dtype=torch.long, device=self.device) if first and not self.config.crossq else None
+        members = torch.zeros(1, dtype=torch.long, device=self.device) if first else None
         with self._weights_lock, self._autocast():  # as the learner's own Q (fp32 output layer): faster here
             squashed = ((action.float() - self._bias) / self._scale).clamp(-1.0, 1.0)
             x = torch.cat((self.actor.obs_norm(obs.float()), squashed), -1)

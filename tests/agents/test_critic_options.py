@@ -244,6 +244,30 @@ def test_batch_renorm_moves_its_statistics_only_in_the_update() -> None:
     assert int(moved["renorms.1.num_batches_tracked"]) == 1
     assert int(sac.critic.renorms[0].num_batches_tracked) == 3  # one joint pass per update
 
+@pytest.mark.parametrize("shared_input", [False, True])
+def test_a_subset_of_batch_renorm_critics_is_those_members_of_the_whole(shared_input: bool) -> None:
+    """A planner scoring with the first critic alone (lookahead ``value: first``) runs that member only, with its
+    own running statistics, scale and shift: the same Q as that member of the whole ensemble. The update's pass
+    (batch statistics) refuses a subset, which would move only some members' statistics.
+    """
+    g = torch.Generator().manual_seed(0)
+    net = BatchedMLP(4, 5, [16, 8], 1, batch_renorm={"warmup": 2})
+    with torch.no_grad():
+        for renorm in net.renorms:
+            renorm.weight.uniform_(0.5, 1.5, generator=g)
+            renorm.bias.uniform_(-0.5, 0.5, generator=g)
+    for _ in range(3):  # the members' statistics part ways (each member's layers differ), past the warm-up
+        net(1.0 + 2.0 * torch.randn(4, 32, 5, generator=g), batch_stats=True)
+    assert not torch.allclose(net.renorms[1].running_mean[0], net.renorms[1].running_mean[2])
+    x = torch.randn(*(() if shared_input else (4,)), 9, 5, generator=g)
+    members = torch.tensor([2, 0])
+    whole = net(x)
+    part = net(x if shared_input else x[members], members=members)
+    torch.testing.assert_close(part, whole[members], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="running statistics only"):
+        net(x, members=members, batch_stats=True)
+
+
 
 def test_dropout_layer_norm_critic_is_linear_dropout_layernorm_relu_per_member() -> None:
     """DroQ's hidden layer (Linear -> Dropout -> LayerNorm -> ReLU), with the masks we pass in."""
