@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,10 @@ def read_file(path: str | Path, map_location: str | torch.device = "cpu", trust:
     if trust:
         print(f"[mbpo] loading {path} with full unpickling (--trust-checkpoint): it can run any code the file "
               "contains", file=sys.stderr)
-        return torch.load(path, map_location=map_location, weights_only=False)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=not trust)
     except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types; we classify them
-        raise _classify(path, exc) from None
+        raise _classify(path, exc, trust) from None
 
 
 def load_latest(
@@ -148,10 +148,12 @@ def load_latest(
                           f"(each was renamed *{CORRUPT_SUFFIX})")
 
 
-def _classify(path: Path, exc: Exception) -> CheckpointError:
-    """Unsafe (the pickle names code to run) or corrupt (not a readable torch.save file)."""
+def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointError:
+    """Unsafe (the pickle names code to run), corrupt (not a readable torch.save file), or, loaded with full
+    unpickling (``trust``), an intact archive whose pickle fails (code it names that no longer imports).
+    """
     try:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        unsafe = [] if trust else torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception:  # noqa: BLE001 - not even a zip archive torch can list: corrupt
         unsafe = []
     if unsafe:
@@ -165,7 +167,19 @@ def _classify(path: Path, exc: Exception) -> CheckpointError:
         return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
                                       f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if trust and _intact_archive(path):
+        return CheckpointError(f"checkpoint {path} did not load even with full unpickling ({type(exc).__name__}: "
+                               f"{first_line}); the file is intact, so it was left as it is")
     return CorruptCheckpointError(f"checkpoint {path} is unreadable, corrupt or cut short ({first_line})")
+
+
+def _intact_archive(path: Path) -> bool:
+    """Whether every member of the zip archive ``path`` reads back with its CRC (a cut-short file does not)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def _mark_corrupt(path: Path) -> Path:

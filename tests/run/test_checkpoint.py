@@ -9,6 +9,8 @@ only once the new one has been read back.
 from __future__ import annotations
 
 import os
+import sys
+import types
 from pathlib import Path
 from typing import BinaryIO
 
@@ -120,6 +122,31 @@ def test_an_older_checkpoint_loads_only_when_trusted(tmp_path: Path, capsys: pyt
     _, loaded = ckpt.load_latest(tmp_path, trust=True)
     assert torch.equal(loaded["buffer"]["data"]["obs"], torch.ones(2, 3))
     assert "full unpickling" in capsys.readouterr().err
+
+
+def test_a_cut_short_newest_is_set_aside_with_trust_too_and_an_intact_one_that_fails_is_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Full unpickling (--trust-checkpoint) of a cut-short file falls back to the previous checkpoint as a safe
+    load does; an intact file whose pickle fails (code it names no longer imports) stops the search, untouched.
+    """
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    ckpt.save_checkpoint(tmp_path, 200, state(200), keep=3)
+    os.truncate(tmp_path / "ckpt_000000000200.pt", (tmp_path / "ckpt_000000000200.pt").stat().st_size // 2)
+    path, loaded = ckpt.load_latest(tmp_path, trust=True)
+    assert loaded == state(100) and path.name == "ckpt_000000000100.pt"
+    assert "ckpt_000000000200.pt is unreadable" in capsys.readouterr().err
+    gone = types.ModuleType("mbpo_module_since_removed")  # what an older mbpo's checkpoint may name
+    gone.Thing = type("Thing", (), {"__module__": gone.__name__})  # type: ignore[attr-defined]
+    sys.modules[gone.__name__] = gone
+    try:
+        torch.save(state(300, x=gone.Thing()), tmp_path / "ckpt_000000000300.pt")  # type: ignore[attr-defined]
+    finally:
+        del sys.modules[gone.__name__]
+    with pytest.raises(ckpt.CheckpointError, match="did not load even with full unpickling") as caught:
+        ckpt.load_latest(tmp_path, trust=True)
+    assert not isinstance(caught.value, ckpt.CorruptCheckpointError)
+    assert "mbpo_module_since_removed" in str(caught.value)
+    assert (tmp_path / "ckpt_000000000300.pt").exists()
 
 
 def test_a_torch_file_that_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
