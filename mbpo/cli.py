@@ -15,6 +15,7 @@ directory unless ``run_dir=DIR`` is given. ``--help-config`` lists every config 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mbpo.config import describe, load_config
+from mbpo.config.validation import DEVICE_PATTERN
 from mbpo.errors import MbpoError
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(_config_path(args.config), args.overrides)
     quiet_torchrl()
     from mbpo.run.checkpoint import list_checkpoints
-    from mbpo.run.run_dir import RunLock, remove_if_never_started, safe_name
+    from mbpo.run.run_dir import RunDirBusyError, RunLock, files_in_the_way, remove_if_never_started, safe_name
     from mbpo.trainers import make_trainer
 
     if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
@@ -69,6 +71,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             if list_checkpoints(run_dir / "checkpoints"):
                 raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
                                 f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+            in_the_way = files_in_the_way(run_dir)
+            if in_the_way:  # a run stopped before its first checkpoint, or a user's own files: never overwritten
+                raise MbpoError(f"{run_dir} already holds {', '.join(in_the_way)}, which a new run there would "
+                                "overwrite (a run that stopped before its first checkpoint has nothing to resume); "
+                                "set run_dir=<new dir>, or move them away first")
             if args.debug or os.environ.get("MBPO_DEBUG") == "1":
                 config.debug = True
             mode = "MBPO-" if config.model.enabled else ""
@@ -85,6 +92,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"[mbpo] removed {run_dir}: stopped before the first env step, so there is nothing to resume",
                   file=sys.stderr)
             return int(trainer.exit_code)
+    except RunDirBusyError:  # another run holds the dir (it may have made it a moment ago): never ours to remove
+        raise
     except BaseException:
         # a start that failed before its first row leaves nothing in the way of `plot runs/*` or a new train
         try:
@@ -135,7 +144,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     early = stop_on_signals(lambda: "during start-up: once the trainer is built; the run is left as it was")
     with RunLock(args.run_dir), early:  # the lock: held from before the checkpoint is read until the run ends
         try:
-            trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint)
+            trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint,
+                                     debug=bool(args.debug or os.environ.get("MBPO_DEBUG") == "1"))
         except RunAlreadyDone as done:
             print(f"[mbpo] {done}", file=sys.stderr)
             return 0
@@ -200,8 +210,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from mbpo.run.plotting import check_out, default_out, plot_model_health, plot_runs, plottable
+    from mbpo.run.plotting import check_out, check_run_dirs, default_out, plot_model_health, plot_runs, plottable
 
+    check_run_dirs([Path(d) for d in args.run_dirs])  # a mistyped run dir is named as one, not as its --out
     out = default_out(args.run_dirs) if args.out is None else Path(args.out)
     check_out(out)  # before any run is read
     runs = plottable(args.run_dirs)  # read once: a run in progress or a damaged one is noted once and skipped
@@ -257,6 +268,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _device(value: str) -> str:
+    """``--device``, checked as the config's device keys are (argparse reports a bad one in one line, exit 2)."""
+    if not DEVICE_PATTERN.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a device; expected auto, cpu, cuda or cuda:N")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mbpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -272,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate the deterministic policy of a checkpoint")
     ev.add_argument("--checkpoint", required=True, help="path to a ckpt_*.pt file")
     ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--device", default=None, help="default: the run's device")
+    ev.add_argument("--device", default=None, type=_device, help="auto, cpu, cuda or cuda:N (default: the run's)")
     ev.add_argument("--seed", type=int, default=12345)
     ev.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     ev.add_argument("--video", default=None, metavar="PATH",
@@ -298,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--env", default="Pendulum-v1", help="env id (default: Pendulum-v1)")
     ro.add_argument("--num-envs", type=int, default=4096, help="envs stepped together (default: 4096)")
     ro.add_argument("--steps", type=int, default=1000, help="vector steps (default: 1000)")
-    ro.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    ro.add_argument("--device", default="auto", type=_device, help="auto, cpu, cuda or cuda:N (default: auto)")
     ro.add_argument("--seed", type=int, default=0)
     ro.set_defaults(fn=cmd_rollout)
     return parser
@@ -306,6 +324,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 OPTIONS_WITH_VALUES = ("--config", "--checkpoint", "--episodes", "--device", "--seed", "--out", "--x", "--env",
                       "--num-envs", "--steps", "--video")
+
+
+def _mistyped_command(argv: list[str]) -> str | None:
+    """What is wrong with a command line whose first word is no command but looks like one (``resme RUN``),
+    which would otherwise be read as a ``train`` override; None for a line without a command (train).
+    """
+    words = iter(argv)
+    for arg in words:
+        if arg in OPTIONS_WITH_VALUES:
+            next(words, None)
+        elif not arg.startswith("-"):
+            close = difflib.get_close_matches(arg, COMMANDS, n=1, cutoff=0.6) if "=" not in arg else []
+            return (f"unknown command {arg!r} (did you mean {close[0]}?); expected one of {', '.join(COMMANDS)}, "
+                    "or key=value overrides to train") if close else None
+    return None
 
 
 def _overrides_last(argv: list[str]) -> list[str]:
@@ -334,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     flags = [a for a in argv if a == "--debug"]  # a global flag: accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
     if not any(a in COMMANDS or a in ("-h", "--help", "--help-config") for a in argv):
+        mistyped = _mistyped_command(argv)
+        if mistyped is not None:
+            print(f"error: {mistyped}", file=sys.stderr)
+            return 2
         argv = ["train", *argv]  # default: train the default config
     argv = flags + _overrides_last(argv)
     args = build_parser().parse_args(argv)

@@ -218,3 +218,35 @@ def test_a_config_mistake_is_reported_before_torch_is_imported() -> None:
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=100)
     assert result.stdout.split("\n")[0] == "2 []", (result.stdout, result.stderr[-2000:])
     assert result.stderr.splitlines()[-1] == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
+
+
+def test_a_repeated_yaml_key_a_bad_device_a_section_set_to_a_value_and_mistyped_names_are_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each once ended in a traceback (a key given twice: OmegaConf's, naming no file; ``--device gpu``: a
+    ValueError from the env) or blamed what the user never gave (``plot`` of a mistyped dir: its ``--out``).
+    """
+    from mbpo import cli
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("total_env_steps: 300\nenv:\n  id: Pendulum-v1\n  id: CartPole-v1\ntotal_env_steps: 500\n")
+    line = error_line(capsys, "train", "--config", str(twice))
+    assert line == (f"error: {twice} is not valid YAML: the key 'total_env_steps' is given twice (first at line 1) at "
+                    "line 5, column 1")
+    twice.write_text("env:\n  id: Pendulum-v1\n  id: CartPole-v1\n")
+    line = error_line(capsys, "train", "--config", str(twice))
+    assert line.endswith("the key 'id' is given twice (first at line 2) at line 3, column 3")
+    for argv in (["eval", "--checkpoint", "x.pt", "--device", "gpu"], ["rollout", "--device", "cuda:x"]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "Traceback" not in err
+        assert f"argument --device: {argv[-1]!r} is not a device; expected auto, cpu, cuda or cuda:N" in err
+    line = error_line(capsys, "train", "checkpoint=5", *FAST)  # once: "config key None: Merge error: ..."
+    assert line == ("error: 'checkpoint=5': checkpoint is a section of keys, not a value; set its keys "
+                    "(checkpoint.<key>=...): every, keep")
+    line = error_line(capsys, "resme", str(tmp_path))  # once: "override 'resme' is not of the form key=value"
+    assert line.startswith("error: unknown command 'resme' (did you mean resume?); expected one of train, eval, ")
+    line = error_line(capsys, "plot", str(tmp_path / "no_such_run"))
+    assert line == (f"error: {tmp_path / 'no_such_run'} is not a directory; expected run dirs written by "
+                    "`python -m mbpo train`")

@@ -177,3 +177,20 @@ def test_plot_passes_over_a_run_without_evaluations_and_says_so(tmp_path: Path,
     assert f"passed over {empty}: no evaluations yet" in err and f"passed over {never}: no evaluations yet" in err
     assert cli.main(["plot", str(empty)]) == 2
     assert f"error: no evaluations yet in {empty}" in capsys.readouterr().err
+
+
+def test_collector_settings_for_a_sync_trainer_are_said_to_have_no_effect(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sync run steps its one env in its own loop: it trains, with a line naming the runtime keys it does not use;
+    a plain run prints no such line.
+    """
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={run}", *TINY,
+                     "runtime.backend=process", "runtime.num_collectors=4"]) == 0
+    captured = capsys.readouterr()
+    assert last_json(captured.out)["env_steps"] == 300
+    assert ("note: runtime.backend=process, runtime.num_collectors=4 has no effect with trainer=sync"
+            in captured.err)
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'plain'}", *TINY]) == 0
+    assert "note:" not in capsys.readouterr().err

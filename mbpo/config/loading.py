@@ -90,6 +90,10 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
             _switch_learner(cfg, OmegaConf.from_dotlist(names[-1:]).agent.name)
         for item in overrides or []:
             key, value = item.split("=", 1)
+            section = _fields_at(key.strip()) if value.strip() not in _CLEARS else []
+            if section:  # OmegaConf's merge error would name no key
+                raise ConfigError(f"{item!r}: {key.strip()} is a section of keys, not a value; set its keys "
+                                  f"({key.strip()}.<key>=...): {', '.join(sorted(section))}")
             if value.strip() in _CLEARS and _is_mapping(key):  # a merge would keep the keys it holds
                 OmegaConf.update(cfg, key, {}, merge=False)
                 continue
@@ -112,12 +116,31 @@ def _switch_learner(cfg: DictConfig, name: Any) -> None:
             OmegaConf.update(cfg, key, default, merge=False)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML keeps the last
+    silently, and OmegaConf raises without naming the file).
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key == "<<" or not isinstance(key, (str, int, float, bool)):
+                continue  # a merge key, or a key PyYAML itself refuses below
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first at line {seen[key] + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def _check_yaml(text: str, source: str) -> dict[str, Any] | None:
     """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither); the
     mapping (None for an empty file).
     """
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

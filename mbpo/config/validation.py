@@ -43,7 +43,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "runtime.backend": ("thread", "process", "ray"),
     "runtime.nonfinite": ("raise", "drop"),
 }
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+"""What a device key or ``--device`` accepts."""
 CALLABLE_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 """A callable named by ``package.module:attr`` (``attr`` may be dotted: ``module:Class.method``); mbpo.config.callables
 loads it."""
@@ -181,9 +182,9 @@ def validate(config: Config) -> None:
         if _get(config, key) not in allowed:
             raise ConfigError(f"{key}={_get(config, key)!r} is not allowed; expected one of {', '.join(allowed)}")
     _check_finite(config)
-    if not _DEVICE.match(config.device):
+    if not DEVICE_PATTERN.match(config.device):
         raise ConfigError(f"device={config.device!r} is not allowed; expected auto, cpu, cuda or cuda:N")
-    if config.env.device is not None and not _DEVICE.match(config.env.device):
+    if config.env.device is not None and not DEVICE_PATTERN.match(config.env.device):
         raise ConfigError(f"env.device={config.env.device!r} is not allowed; expected null, auto, cpu, cuda or cuda:N")
     _check_env(config)
     ray = config.runtime.ray

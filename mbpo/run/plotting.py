@@ -25,7 +25,7 @@ from mbpo.errors import MbpoError
 from mbpo.run.metrics import note_passed_over, read_runs
 
 __all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "load_runs", "plottable",
-           "check_out", "default_out", "Run", "X_AXES", "HEALTH_PANELS"]
+           "check_out", "check_run_dirs", "default_out", "Run", "X_AXES", "HEALTH_PANELS"]
 
 X_AXES = ("env_steps", "wall_s")
 HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -126,9 +126,7 @@ def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return"
     its config.yaml or run.json). A path that is not a directory is an error: a typo, not a run in progress.
     """
     paths = [Path(d) for d in run_dirs]
-    for run_dir in paths:
-        if not run_dir.is_dir():
-            raise MbpoError(f"{run_dir} is not a directory; expected run dirs written by `python -m mbpo train`")
+    check_run_dirs(paths)
     read, passed = read_runs(paths, column)
     runs = []
     for run_dir in paths:
@@ -141,6 +139,13 @@ def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return"
             continue
         runs.append(Run(run_dir, read[run_dir], label, seed))
     return runs, {d: passed[d] for d in paths if d in passed}
+
+
+def check_run_dirs(run_dirs: list[Path]) -> None:
+    """A path that is not a directory is an error: a typo, not a run in progress."""
+    for run_dir in run_dirs:
+        if not run_dir.is_dir():
+            raise MbpoError(f"{run_dir} is not a directory; expected run dirs written by `python -m mbpo train`")
 
 
 def plottable(run_dirs: RunDirs) -> list[Run]:

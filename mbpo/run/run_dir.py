@@ -16,8 +16,10 @@
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -39,40 +41,91 @@ from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.provenance import provenance
 
-__all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "check_belongs", "write_config", "log_resume",
+__all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "matches_identity",
+           "check_belongs", "write_config", "log_resume",
            "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES",
-           "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE"]
+           "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
 
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
+RUN_FILES = ("config.yaml", IDENTITY_FILE, "metrics.csv", RESUMES_FILE, "checkpoints", "tb")
+"""What a run writes in its run dir (beside the lock): a new run refuses a dir that holds any of them."""
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                       "checkpoint", "runtime.nonfinite")
-"""Keys a resume may change: how long and how often, and what to do with an env's non-finite values (the fix a
-run stopped by one is told to use), never what was built."""
-_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress", "checkpoint",
-                 "run_dir")
-"""Top-level keys left out of a run's identity hash; fixed, or every checkpoint written so far would stop
-matching its run."""
+                       "checkpoint", "runtime.nonfinite", "debug")
+"""Keys a resume may change: how long and how often, what to do with an env's non-finite values (the fix a run
+stopped by one is told to use) and debug mode (``--debug``: checks, one collector), never what was built."""
+_NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
+"""Keys (dotted for nested ones) left out of a run's identity hash: a resume may change them, so a checkpoint
+written after such a resume must still match its run."""
+_LEGACY_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                        "checkpoint", "run_dir")
+_LEGACY_VARIANTS = {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True)}
+"""Runs written before the identity left out nested keys hashed only these top-level ones, so a run resumed with
+``runtime.nonfinite=drop`` recorded the hash of its first value: such runs are matched under every value of the
+keys a resume could change then or can change now."""
 
 
 class RunDirBusyError(MbpoError):
     """The run dir cannot be used: another live process holds its lock, or it cannot be written."""
 
 
-def config_hash(config: Config | str) -> str:
-    """What makes two configs the same run: every key but run length, cadence and location.
-
-    A config YAML (as stored in a checkpoint) is hashed as written, not read through today's schema: a key
-    added to the schema later, with its default, must not change the identity of a run written before it.
+def _config_data(config: Config | str) -> dict[str, Any]:
+    """A config as plain data: a config YAML (as stored in a checkpoint) as written, not read through today's
+    schema, so a key added to the schema later, with its default, does not change the identity of a run
+    written before it.
     """
     if isinstance(config, str):
         data = OmegaConf.to_container(OmegaConf.create(config))
     else:
         data = OmegaConf.to_container(OmegaConf.structured(config))
     assert isinstance(data, dict)
-    for key in _NOT_IDENTITY:
-        data.pop(key, None)
+    return {str(key): value for key, value in data.items()}
+
+
+def _digest(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _parent(data: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:
+    """The dict that holds dotted ``key``'s last part (None where a part is missing), and that part."""
+    *parents, last = key.split(".")
+    node: Any = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    return (node if isinstance(node, dict) else None), last
+
+
+def _without(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    for key in keys:
+        node, last = _parent(data, key)
+        if node is not None:
+            node.pop(last, None)
+    return data
+
+
+def config_hash(config: Config | str) -> str:
+    """What makes two configs the same run: every key but the ones a resume may change and the run dir."""
+    return _digest(_without(_config_data(config), _NOT_IDENTITY))
+
+
+def matches_identity(config: Config | str, recorded: str) -> bool:
+    """Whether ``recorded`` (a run's identity hash) is ``config``'s: today's hash, or the one a run written
+    before nested keys were left out recorded (:data:`_LEGACY_VARIANTS`).
+    """
+    data = _config_data(config)
+    if _digest(_without(data, _NOT_IDENTITY)) == recorded:
+        return True
+    legacy = _without(data, _LEGACY_NOT_IDENTITY)
+    for values in itertools.product(*_LEGACY_VARIANTS.values()):
+        variant = copy.deepcopy(legacy)
+        for key, value in zip(_LEGACY_VARIANTS, values, strict=True):
+            node, last = _parent(variant, key)
+            if node is not None and last in node:
+                node[last] = value
+        if _digest(variant) == recorded:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -141,6 +194,11 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return not run_dir.exists()
+
+
+def files_in_the_way(run_dir: Path) -> list[str]:
+    """The names of :data:`RUN_FILES` that ``run_dir`` already holds: a new run there would overwrite them."""
+    return [name for name in RUN_FILES if (run_dir / name).exists()]
 
 
 def write_config(run_dir: str | Path, config_yaml: str) -> None:
@@ -305,7 +363,7 @@ def check_belongs(run_dir: str | Path, path: Path, state: dict[str, Any]) -> Non
               f"{run_dir}", file=sys.stderr)
         return
     theirs = config_from_yaml(state["config"])
-    if config_hash(state["config"]) != ident.config_hash:
+    if not matches_identity(state["config"], ident.config_hash):
         raise ForeignCheckpointError(f"{path.name}'s config does not match the identity it records (edited by "
                                      f"hand?); {move}")
     ours = RunIdentity.read(run_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mbpo.config import Config
+from mbpo.config import Config, RuntimeConfig
 from mbpo.trainers.async_trainer import AsyncTrainer
 from mbpo.trainers.base import Trainer
 from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
@@ -25,15 +25,19 @@ def trainer_class(config: Config) -> type[Trainer]:
     return AsyncTrainer if config.trainer == "async" else SyncTrainer
 
 
-def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> Trainer:
-    """Resume ``run_dir`` with the trainer its checkpoint's config names (the checkpoint is read once)."""
-    point = load_for_resume(run_dir, overrides, trust)
+def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False,
+                   debug: bool | None = None) -> Trainer:
+    """Resume ``run_dir`` with the trainer its checkpoint's config names (the checkpoint is read once);
+    ``debug``: debug mode from here (None: as the run was).
+    """
+    point = load_for_resume(run_dir, overrides, trust, debug)
     return trainer_class(point.config).resume(run_dir, overrides, trust, point=point)
 
 
 def make_trainer(config: Config, run_dir: str | Path) -> Trainer:
     """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`)."""
     raise_learning_starts_for_n_step(config)
+    note_settings_without_effect(config)
     return trainer_class(config)(config, run_dir)
 
 
@@ -52,3 +56,14 @@ def raise_learning_starts_for_n_step(config: Config) -> None:
               f"vector steps of env.num_envs={num_envs:,} ({collectors} collector(s)), and updates need some "
               "to sample", file=sys.stderr)
         config.agent.learning_starts = needed
+
+
+def note_settings_without_effect(config: Config) -> None:
+    """Say so in one line where a new sync run sets collector keys: it steps its one env in its own loop."""
+    if config.trainer == "sync":
+        default = RuntimeConfig()
+        unused = [f"runtime.{key}={getattr(config.runtime, key)}" for key in ("backend", "num_collectors")
+                  if getattr(config.runtime, key) != getattr(default, key)]
+        if unused:
+            print(f"[mbpo] note: {', '.join(unused)} has no effect with trainer=sync (one env, stepped by the "
+                  "trainer's own loop); trainer=async runs collectors", file=sys.stderr)

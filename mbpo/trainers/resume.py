@@ -28,11 +28,13 @@ class ResumePoint:
         self.run_dir, self.path, self.state, self.config, self.overrides = run_dir, path, state, config, overrides
 
 
-def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False) -> ResumePoint:
+def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False,
+                    debug: bool | None = None) -> ResumePoint:
     """Load the newest checkpoint of ``run_dir`` once and check it: it must be this run's (identity, env
     steps against its name), the overrides may only change run length and cadence, and there must be
     something left to do: steps to take, or the updates an async run's stop after its last step left owed
-    (a shorter ``total_env_steps`` than already reached is refused).
+    (a shorter ``total_env_steps`` than already reached is refused). ``debug`` (the command line's
+    ``--debug``, None: as the run was) sets debug mode unless an override does; a change is logged as one.
     """
     run_dir, overrides = Path(run_dir), list(overrides or [])
     known = [key for key, _, _ in describe()]
@@ -53,6 +55,12 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     check_belongs(run_dir, path, state)
     config = config_from_yaml(state["config"], overrides)
     config.run_dir = str(run_dir)
+    explicit = any(item.split("=", 1)[0] == "debug" for item in overrides)
+    if debug is not None and not explicit and config.debug != debug:
+        config.debug = debug
+        overrides.append(f"debug={str(debug).lower()}")
+        print(f"[mbpo] debug mode {'on' if debug else 'off'} from here (the run so far: "
+              f"{'on' if not debug else 'off'})", file=sys.stderr)
     steps = int(state["trainer"]["env_steps"])
     if config.total_env_steps < steps:
         raise ConfigError(f"total_env_steps={config.total_env_steps} is below the {steps} env steps {run_dir} has "

@@ -68,6 +68,32 @@ def test_a_second_train_or_resume_on_a_busy_run_dir_fails_at_once_naming_the_hol
     assert train(run, "total_env_steps=150") == 0  # released when the holder ended
 
 
+def test_a_train_that_loses_the_race_for_a_new_run_dir_leaves_the_winners_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two trains started at once on one new run_dir: both see no dir, one makes it and locks it; the other,
+    refused, must not remove it as a dir it made itself and that never started.
+    """
+    run = tmp_path / "new"
+    holder = hold_lock(run)  # the winner: it made the dir and holds the lock
+    try:
+        (run / "config.yaml").write_text("seed: 0\n")  # the winner's start under way
+        real_exists, seen = Path.exists, []
+
+        def exists_before_the_winner(self: Path, *args: object, **kwargs: object) -> bool:
+            if self == run and not seen:  # the loser looked before the winner made the dir
+                seen.append(self)
+                return False
+            return real_exists(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Path, "exists", exists_before_the_winner)
+        assert train(run, "total_env_steps=300") == 2
+        assert seen and f"is in use by pid {holder.pid}" in capsys.readouterr().err
+        assert (run / "config.yaml").read_text() == "seed: 0\n"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_message(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "stale"
@@ -181,6 +207,80 @@ def test_a_run_written_before_a_config_key_existed_still_resumes(tmp_path: Path,
     assert [r["env_steps"] for r in read_metrics(run / "metrics.csv")][-1] == "300"
     assert "config predates agent.obs_norm, agent.compile; the resumed run takes today's defaults" in \
         capsys.readouterr().err
+
+
+def test_a_run_resumed_with_a_key_a_resume_may_change_resumes_again(tmp_path: Path) -> None:
+    """``runtime.nonfinite=drop`` (the fix the non-finite error suggests) and debug mode may change on resume: the
+    checkpoints written after such a resume still match the run, so it resumes again, and so does a run whose
+    identity was recorded before nested keys were left out of it.
+    """
+    import hashlib
+    import json
+
+    import torch
+    from omegaconf import OmegaConf
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    assert cli.main(["resume", str(run), "total_env_steps=300", "runtime.nonfinite=drop"]) == 0
+    assert cli.main(["--debug", "resume", str(run), "total_env_steps=450"]) == 0
+    assert cli.main(["resume", str(run), "total_env_steps=600"]) == 0
+    state = load_checkpoint(run / "checkpoints/ckpt_000000000600.pt")
+    assert "nonfinite: drop" in state["config"] and "debug: false" in state["config"]
+    assert RunIdentity.from_dict(state["identity"]) == RunIdentity.read(run)
+
+    def legacy_hash(config_yaml: str) -> str:  # the identity as runs recorded it before (top-level keys only)
+        data = OmegaConf.to_container(OmegaConf.create(config_yaml))
+        assert isinstance(data, dict)
+        for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                    "checkpoint", "run_dir"):
+            data.pop(key, None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    recorded = legacy_hash(state["config"].replace("nonfinite: drop", "nonfinite: raise"))  # the run's start
+    state["identity"]["config_hash"] = recorded
+    torch.save(state, run / "checkpoints/ckpt_000000000600.pt")
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
+    assert cli.main(["resume", str(run), "total_env_steps=750"]) == 0
+
+
+def test_debug_mode_on_resume_is_the_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--debug resume`` turns debug mode on from there and a resume without it turns it off; each change is
+    logged in resumes.yaml as an override.
+    """
+    import yaml
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    capsys.readouterr()
+    assert cli.main(["--debug", "resume", str(run), "total_env_steps=300"]) == 0
+    assert "debug mode on from here" in capsys.readouterr().err
+    assert "debug: true" in load_checkpoint(run / "checkpoints/ckpt_000000000300.pt")["config"]
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    assert "debug: false" in load_checkpoint(run / "checkpoints/ckpt_000000000450.pt")["config"]
+    log = yaml.safe_load((run / "resumes.yaml").read_text())
+    assert [e["overrides"] for e in log] == [["total_env_steps=300", "debug=true"],
+                                             ["total_env_steps=450", "debug=false"]]
+
+
+@pytest.mark.parametrize("left", ["a run cut off before its first checkpoint", "a config of the user's own"])
+def test_train_never_overwrites_a_run_dir_that_holds_a_run_or_a_config(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], left: str) -> None:
+    run = tmp_path / "run"
+    if left == "a config of the user's own":
+        run.mkdir()
+        (run / "config.yaml").write_text("# my settings\ntotal_env_steps: 150\n")
+    else:
+        assert train(run, "total_env_steps=150") == 0
+        shutil.rmtree(run / "checkpoints")  # what a SIGKILL before the first checkpoint leaves: rows, no checkpoint
+    before = files(run)
+    capsys.readouterr()
+    assert train(run, "total_env_steps=150") == 2
+    err = capsys.readouterr().err
+    assert "which a new run there would overwrite" in err and "config.yaml" in err and "Traceback" not in err
+    assert files(run) == before
 
 
 def test_a_checkpoint_whose_config_was_edited_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
