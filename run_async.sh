@@ -57,11 +57,15 @@ extras_for() {
   for a in "$@"; do  # overrides beat the file
     [[ "$a" == env.id=* ]] && env_id="${a#env.id=}"
     [[ "$a" == runtime.backend=* ]] && backend="${a#runtime.backend=}"
-    [[ "$a" == --video || "$a" == --video=* || "$a" == eval_video=true ]] && video=1
+    [[ "$a" == --video || "$a" == --video=* || "${a,,}" =~ ^eval_video=(true|yes|on|y|1)$ ]] && video=1
+  done
+  local command=""
+  for a in "$@"; do  # the first word that is not --debug (a global flag, accepted anywhere)
+    [[ "$a" != --debug ]] && { command="$a"; break; }
   done
   [[ "$env_id" == Mjlab-* ]] && extras+=(mjlab)
   [[ "$backend" == ray ]] && extras+=(ray)
-  [[ "${1:-}" == plot ]] && extras+=(plots)
+  [[ "$command" == plot ]] && extras+=(plots)
   [[ -n "$video" ]] && extras+=(video)
   local IFS=,
   echo "${extras[*]}"

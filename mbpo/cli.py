@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(fn=cmd_eval)
     re_ = sub.add_parser("resume", help="continue a run from its newest loadable checkpoint")
     re_.add_argument("run_dir")
-    re_.add_argument("overrides", nargs="*", help="e.g. total_env_steps=50000 to train longer")
+    re_.add_argument("overrides", nargs="*", default=[], help="e.g. total_env_steps=50000 to train longer")
     re_.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     re_.set_defaults(fn=cmd_resume)
     pl = sub.add_parser("plot", help="evaluation curves of runs on one chart, seeds of one config as median "
@@ -356,7 +356,9 @@ def _overrides_last(argv: list[str]) -> list[str]:
         if arg.startswith("-"):
             options.append(arg)
             if arg in OPTIONS_WITH_VALUES:
-                options.append(next(rest, ""))
+                value = next(rest, None)
+                if value is not None:  # none left: argparse says the option needs one
+                    options.append(value)
         else:
             (overrides if "=" in arg else positionals).append(arg)
     return [argv[0], *options, *positionals, *overrides]

@@ -23,6 +23,8 @@ def extras_for(*args: str) -> str:
 def test_each_command_gets_the_extras_it_needs(tmp_path: Path) -> None:
     assert extras_for("train", "--config", "configs/pendulum_sac.yaml") == ""
     assert extras_for("plot", "runs/a", "runs/b") == "plots"
+    assert extras_for("--debug", "plot", "runs/a") == "plots"  # --debug is global: it may come first
+    assert extras_for("train", "eval_video=True") == "video"  # a YAML true in any spelling
     assert extras_for("train", "env.id=Mjlab-Cartpole-Balance") == "mjlab"
     assert extras_for("train", "--config", "configs/mjlab_cartpole_sac_256.yaml") == "mjlab"
     assert extras_for("train", "runtime.backend=ray", "env.id=Mjlab-Cartpole-Balance") == "mjlab,ray"
