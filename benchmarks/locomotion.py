@@ -512,7 +512,7 @@ def mean_curve(runs: list[Run], reps: int, stats: Rliable | str) -> dict[str, An
     """
     from mbpo.run.plotting import curves
 
-    found = list(curves([replace(r, label="one learner") for r in runs]).values())
+    found = list(curves([replace(r, label="one learner", settings=()) for r in runs]).values())
     if not found:
         return None
     c = found[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import signal
 import sys
@@ -123,7 +124,9 @@ def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
         f"{row['env_steps_per_s_whole_run']:,.1f} over the whole run)")
     print(f"[mbpo] {trainer.env_steps:,} env steps, {trainer.agent.num_updates:,} updates in {minutes} min "
           f"{seconds} s{rate}; {evaluation}; run dir {run_dir}")
-    print(json.dumps({"run_dir": str(run_dir), **row, **last}))
+    summary = {"run_dir": str(run_dir), **row, **last}  # NaN (a loss mean over no update) is JSON's null, as the CSV's
+    print(json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()},
+                     allow_nan=False))
     return getattr(trainer, "exit_code", 0)
 
 

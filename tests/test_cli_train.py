@@ -194,3 +194,18 @@ def test_collector_settings_for_a_sync_trainer_are_said_to_have_no_effect(
             in captured.err)
     assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'plain'}", *TINY]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_the_summary_line_is_strict_json_with_null_for_a_loss_over_no_update(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that stopped before its first update has no losses: null, as metrics.csv's empty cells, not NaN
+    (which json.loads reads but strict parsers, jq and JavaScript do not).
+    """
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the summary line")
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={run}", *TINY,
+                     "total_env_steps=99", "eval_every=99", "log_every=99"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1], parse_constant=refuse)
+    assert summary["updates"] == 0 and summary["loss_critic"] is None and summary["env_steps"] == 99

@@ -1,7 +1,7 @@
 """``python -m mbpo plot RUN_DIR [RUN_DIR ...]``: evaluation curves of one or several runs on one chart.
 
-Runs whose configs differ only in ``seed`` (and run length or cadence) are one
-curve: the median over seeds, with a band from the lowest to the highest. The
+Runs whose configs differ only in ``seed`` (and run length) are one curve: the
+median over seeds, with a band from the lowest to the highest. The
 legend comes from each run's config (env, agent, MBPO or not, seeds); a run
 dir written by something else (a peer's baseline) can name itself with a
 ``run.json`` holding ``label`` (and ``seed``).
@@ -24,7 +24,8 @@ from typing import Any
 from mbpo.errors import MbpoError
 from mbpo.run.metrics import note_passed_over, read_runs
 
-__all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "load_runs", "plottable",
+__all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "describe_run", "load_runs",
+           "plottable",
            "check_out", "check_run_dirs", "default_out", "Run", "X_AXES", "HEALTH_PANELS"]
 
 X_AXES = ("env_steps", "wall_s")
@@ -47,6 +48,10 @@ class Run:
     rows: list[dict[str, str]]
     label: str
     seed: int | None
+    settings: tuple[tuple[str, str], ...] = ()
+    """Every config key that makes the run what it is but its seed, and its evaluation cadence (flattened
+    ``key=value`` pairs; empty for a run dir that names itself in run.json): runs share a curve only when these
+    match too, whatever the label says."""
 
 
 RunDirs = Sequence[str | Path] | Sequence[Run]
@@ -54,9 +59,18 @@ RunDirs = Sequence[str | Path] | Sequence[Run]
 
 def run_label(run_dir: Path) -> tuple[str, int | None]:
     """``(curve label, seed)`` of a run dir: from its config.yaml, else from ``label`` in its run.json."""
+    run = describe_run(run_dir, [])
+    return run.label, run.seed
+
+
+def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
+    """A run dir with its ``rows``, described by its config.yaml (label, seed, settings, cadence), else by
+    ``label`` (and ``seed``) in its run.json.
+    """
     config_path = run_dir / "config.yaml"
     if config_path.is_file():
         from mbpo.config import config_from_yaml, updates_per_transition
+        from mbpo.run.run_dir import identity_data
 
         try:
             text = config_path.read_text(encoding="utf-8")
@@ -67,13 +81,22 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
         extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}{critic_label(cfg)}"
         extra += ", sync trainer" if cfg.trainer == "sync" else ""
         extra += model_label(cfg)
-        return f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}", cfg.seed
+        label = f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}"
+        settings = tuple((k, v) for k, v in _flat({**identity_data(cfg), "eval_every": cfg.eval_every})
+                         if k != "seed")
+        return Run(run_dir, rows, label, cfg.seed, settings)
     try:
         info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
-        return str(info["label"]), info.get("seed")
+        return Run(run_dir, rows, str(info["label"]), info.get("seed"))
     except (OSError, ValueError, KeyError):
         raise MbpoError(f"{run_dir} has neither a config.yaml nor a run.json with a label; expected a run dir "
                         "written by `python -m mbpo train` (or one that names itself in run.json)") from None
+
+
+def _flat(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(data, dict):
+        return [pair for key, value in sorted(data.items()) for pair in _flat(value, f"{prefix}{key}.")]
+    return [(prefix[:-1], json.dumps(data))]
 
 
 def critic_label(cfg: Any) -> str:
@@ -133,11 +156,9 @@ def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return"
         if run_dir not in read:
             continue
         try:
-            label, seed = run_label(run_dir)
+            runs.append(describe_run(run_dir, read[run_dir]))
         except MbpoError as exc:
             passed[run_dir] = f"unreadable: {' '.join(str(exc).split())}"
-            continue
-        runs.append(Run(run_dir, read[run_dir], label, seed))
     return runs, {d: passed[d] for d in paths if d in passed}
 
 
@@ -180,30 +201,40 @@ def _points(run: Run, x: str, y: str) -> list[tuple[float, float]]:
 
 
 def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
-    """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, aligned by row index
-    among the rows that have ``y``), ``values`` (each point's values, one per seed: for other statistics) and
-    ``seeds``. Runs that differ only in their seed share a label, so they make one curve. Run dirs that cannot
-    be drawn are passed over with a note (:func:`load_runs`).
+    """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, the i-th evaluations of
+    the runs together), ``values`` (each point's values, one per seed: for other statistics) and ``seeds``. Runs
+    whose settings (evaluation cadence included, which is what aligns their i-th evaluations) differ only in their
+    seed make one curve; runs with one label but other settings get curves of their own, each label then naming
+    the keys where they differ. Run dirs that cannot be drawn are passed over with a note (:func:`load_runs`).
     """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
     if not run_dirs:
         raise MbpoError("plot needs at least one run dir")
-    groups: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
-    seeds: dict[str, list[Any]] = defaultdict(list)
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[Run]] = defaultdict(list)
     for run in _as_runs(run_dirs):
-        points = _points(run, x, y)
-        if points:  # a run that has not evaluated yet, or does not log ``y``, has none
-            groups[run.label].append(points)
-            seeds[run.label].append(run.seed)
+        if _points(run, x, y):  # a run that has not evaluated yet, or does not log ``y``, has none
+            groups[(run.label, run.settings)].append(run)
     out: dict[str, dict[str, Any]] = {}
-    for label, runs in groups.items():
-        n = min(len(c) for c in runs)
-        ys = [[c[i][1] for c in runs] for i in range(n)]
-        out[label] = {"x": [statistics.median(c[i][0] for c in runs) for i in range(n)],
+    for (label, settings), runs in groups.items():
+        twins = [other for other in groups if other[0] == label]
+        if len(twins) > 1:
+            label = f"{label} [{_differences(settings, [t[1] for t in twins if t[1] != settings])}]"
+        each = [_points(r, x, y) for r in runs]
+        n = min(len(c) for c in each)
+        ys = [[c[i][1] for c in each] for i in range(n)]
+        out[label] = {"x": [statistics.median(c[i][0] for c in each) for i in range(n)],
                       "median": [statistics.median(v) for v in ys], "low": [min(v) for v in ys],
-                      "high": [max(v) for v in ys], "values": ys, "seeds": seeds[label]}
+                      "high": [max(v) for v in ys], "values": ys, "seeds": [r.seed for r in runs]}
     return out
+
+
+def _differences(settings: tuple[tuple[str, str], ...], others: list[tuple[tuple[str, str], ...]],
+                 most: int = 4) -> str:
+    """The ``key=value`` pairs of ``settings`` that some other settings do not share (at most ``most``)."""
+    shared = set.intersection(*(set(o) for o in others)) if others else set()
+    differ = [f"{k}={v}" for k, v in settings if (k, v) not in shared]
+    return ", ".join(differ[:most]) + (f", +{len(differ) - most} more" if len(differ) > most else "")
 
 
 def plot_runs(run_dirs: RunDirs, out: str | Path | None = None, x: str = "env_steps",

@@ -41,7 +41,7 @@ from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.provenance import provenance
 
-__all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "matches_identity",
+__all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
            "check_belongs", "write_config", "log_resume",
            "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES",
@@ -104,9 +104,16 @@ def _without(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
+def identity_data(config: Config | str) -> dict[str, Any]:
+    """What makes two configs the same run, as plain data: every key but the ones a resume may change and the
+    run dir.
+    """
+    return _without(_config_data(config), _NOT_IDENTITY)
+
+
 def config_hash(config: Config | str) -> str:
-    """What makes two configs the same run: every key but the ones a resume may change and the run dir."""
-    return _digest(_without(_config_data(config), _NOT_IDENTITY))
+    """:func:`identity_data`'s digest."""
+    return _digest(identity_data(config))
 
 
 def matches_identity(config: Config | str, recorded: str) -> bool:

@@ -35,6 +35,7 @@ class Throughput:
         self._start = clock()
         self._wall_before = wall_s
         self._mark = (self._start, env_steps, updates)
+        self._last_rates = {"env_steps_per_s": 0.0, "updates_per_s": 0.0}
         self.interval_s = 0.0
         """Seconds of the interval the last :meth:`row` closed (a window for other per-interval columns)."""
 
@@ -47,7 +48,12 @@ class Throughput:
         return self.clock() - self._mark[0]
 
     def live(self, env_steps: int, updates: int) -> dict[str, float]:
-        """Rates of the interval in progress (the progress bar's figures; they become the next row's)."""
+        """Rates of the interval in progress (the progress bar's figures; they become the next row's), or the
+        last row's while the interval has counted nothing yet (a bar updated just after a row, or the finished
+        one, would otherwise read as idle).
+        """
+        if (env_steps, updates) == self._mark[1:]:
+            return dict(self._last_rates)
         seconds = max(self.since_row(), _TINY_S)
         return {"env_steps_per_s": (env_steps - self._mark[1]) / seconds,
                 "updates_per_s": (updates - self._mark[2]) / seconds}
@@ -60,9 +66,9 @@ class Throughput:
         self.interval_s = now - since
         seconds, whole = max(self.interval_s, _TINY_S), max(wall, _TINY_S)
         self._mark = (now, env_steps, updates)
-        return {"wall_s": wall,
-                "env_steps_per_s": (env_steps - steps_before) / seconds,
-                "updates_per_s": (updates - updates_before) / seconds,
+        self._last_rates = {"env_steps_per_s": (env_steps - steps_before) / seconds,
+                            "updates_per_s": (updates - updates_before) / seconds}
+        return {"wall_s": wall, **self._last_rates,
                 "env_steps_per_s_whole_run": env_steps / whole,
                 "updates_per_s_whole_run": updates / whole}
 

@@ -105,6 +105,8 @@ class AsyncTrainer(Trainer):
         self.telemetry = AsyncTelemetry()
         self._closed = False
         self._started = self._stopped = False
+        self._counts_before = dict.fromkeys(("weights_version", "collector_restarts", "queue_drops", "gate_waits"), 0)
+        """The run counts (:meth:`_run_counts`) at the checkpoint this process resumed from."""
         self._checkpoint_due = False
         self._loop_ended = False
         """The loop reached its end: every env step in, every update and model fit they earned done."""
@@ -389,7 +391,8 @@ class AsyncTrainer(Trainer):
             "lag": self.telemetry.last_lag,
             "busy": self.telemetry.learner_busy(self.time_s["update"], self._throughput.since_row()),
             "model_v": None if self.model is None else self.model.ensemble.version,
-            "restarts": self.pool.restarts, "drops": self.queue.dropped + self.nonfinite_dropped,
+            "restarts": self._counts_before["collector_restarts"] + self.pool.restarts,
+            "drops": self._counts_before["queue_drops"] + self.queue.dropped, "nonfinite": self.nonfinite_dropped,
         })
 
     def _log(self, logger: MetricsLogger, evaluated: bool, final: bool = False) -> dict[str, Any]:
@@ -401,15 +404,9 @@ class AsyncTrainer(Trainer):
             self.time_s["model"] = model_s = self.model_worker.busy_s
         row = self._row(timing, evaluated)
         row.update(self.telemetry.row(self.time_s["update"], model_s, self._throughput.interval_s))  # rates' interval
-        row.update({
-            "weights_version": self.weights.version,
-            "collector_restarts": self.pool.restarts,
-            "hung_collectors": len(self.pool.hung),
-            "queue_drops": self.queue.dropped,
-            "gate_waits": self.gate.waits,
-        })
+        row.update({**self._run_counts(), "hung_collectors": len(self.pool.hung)})
         if self.model_worker is not None:
-            row["rollout_policy_version"] = self.model_worker.policy_version
+            row["rollout_policy_version"] = self._counts_before["weights_version"] + self.model_worker.policy_version
         if final:
             logger.amend(row, INTERVAL_COLUMNS | AsyncTelemetry.COLUMNS)
         else:
@@ -434,15 +431,27 @@ class AsyncTrainer(Trainer):
         """
         return not self._finished
 
+    def _run_counts(self) -> dict[str, int]:
+        """The async columns that count over the whole run, resumes included: this process's counts on top of
+        the checkpoint's (weights versions restart at 1 in a resumed process, its publications go on counting).
+        """
+        now = {"weights_version": self.weights.version, "collector_restarts": self.pool.restarts,
+               "queue_drops": self.queue.dropped, "gate_waits": self.gate.waits}
+        return {key: self._counts_before[key] + value for key, value in now.items()}
+
     def _trainer_state(self) -> dict[str, Any]:
+        if self._started and not self._stopped:  # a periodic checkpoint: the seconds up to now, as sync's holds
+            self.wall_s = self._throughput.wall_s()
         cadence = self._periodic_steps if self._started else self.env_steps
-        return {**super()._trainer_state(), "discarded": self.gate.discarded, "cadence_env_steps": cadence}
+        return {**super()._trainer_state(), "discarded": self.gate.discarded, "cadence_env_steps": cadence,
+                "run_counts": self._run_counts()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         t = state["trainer"]
         self.gate.discarded = int(t.get("discarded", 0))  # 0 in checkpoints that predate it
         self._cadence_env_steps = t.get("cadence_env_steps")
+        self._counts_before.update({k: int(v) for k, v in t.get("run_counts", {}).items()})  # older: from 0
 
     def state_dict(self) -> dict[str, Any]:
         """Waits for the model thread's current cycle (a consistent ensemble, not mid-fit), at most

@@ -119,3 +119,22 @@ def test_plot_names_the_format_by_the_extension(tmp_path: Path, capsys: pytest.C
     good = run_dir(tmp_path, "good", EVALUATED)
     assert cli.main(["plot", str(good), "--out", str(tmp_path / "chart.pdf")]) == 0
     assert (tmp_path / "chart.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_runs_with_one_label_but_other_settings_get_curves_of_their_own_naming_the_difference(tmp_path: Path) -> None:
+    """The label shows a few keys; any other key that differs (a batch size, num_envs, the evaluation cadence) keeps
+    runs apart too, so seeds of different configs never make one curve with a band between them.
+    """
+    def run(name: str, *overrides: str) -> Path:
+        return run_dir(tmp_path, name, EVALUATED, to_yaml(load_config(HOPPER, list(overrides))))
+
+    seeds = [run("s0"), run("s1", "seed=1"), run("s2", "seed=2", "total_env_steps=999")]  # run length: one curve
+    other = [run("b0", "agent.batch_size=64", "env.num_envs=2"), run("e0", "eval_every=500")]
+    data = curves([*seeds, *other])
+    label = labelled(tmp_path, "label")[0]
+    # each label names every key that varies among the curves of its label
+    assert data[f"{label} [agent.batch_size=256, env.num_envs=1, eval_every=2500]"]["seeds"] == [0, 1, 2]
+    assert data[f"{label} [agent.batch_size=64, env.num_envs=2, eval_every=2500]"]["seeds"] == [0]
+    assert data[f"{label} [agent.batch_size=256, env.num_envs=1, eval_every=500]"]["seeds"] == [0]
+    assert len(data) == 3
+    assert list(curves(seeds)) == [label]  # alone, the seeds keep the plain label

@@ -43,6 +43,20 @@ def test_a_row_has_the_interval_rate_and_the_whole_run_average() -> None:
                       "env_steps_per_s_whole_run": 1100 / 12, "updates_per_s_whole_run": 500 / 12}
 
 
+def test_the_live_rates_keep_the_last_rows_until_the_interval_counts_something() -> None:
+    """The progress bar, updated right after a row or once the run is done, shows the rates just measured; it
+    never reads 0 steps/s for a run that was busy all along.
+    """
+    clock = FakeClock(tick=0.0)
+    meter = Throughput(0, 0, clock=clock)
+    assert meter.live(0, 0) == {"env_steps_per_s": 0.0, "updates_per_s": 0.0}  # nothing measured yet
+    clock.now += 2.0
+    meter.row(400, 100)
+    clock.now += 1.0
+    assert meter.live(400, 100) == {"env_steps_per_s": 200.0, "updates_per_s": 50.0}
+    assert meter.live(500, 100) == {"env_steps_per_s": 100.0, "updates_per_s": 0.0}  # the new interval's
+
+
 def test_after_a_resume_the_first_interval_starts_at_the_resume() -> None:
     clock = FakeClock(start=5.0, tick=0.0)  # a new process: its clock has nothing to do with the old one's
     meter = Throughput(300, 40, wall_s=30.0, clock=clock)

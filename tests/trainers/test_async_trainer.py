@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -568,6 +569,32 @@ def test_an_async_run_resumes_from_its_checkpoint(tiny_config: Callable[..., Con
     row = resumed.run()
     assert row["env_steps"] == 512 and len(resumed.buffer) == 512
     assert resumed.updates_issued == 2 * (512 - 63)  # the ratio carries on across the resume
+
+
+def test_a_periodic_checkpoint_holds_the_seconds_so_far_and_the_run_counts_go_on_after_a_resume(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """A run resumed from a periodic checkpoint (a crash after it) reports the seconds it had run, not those of its
+    last logged row, and its publications, gate waits and drops count on from the checkpoint's.
+    """
+    from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
+    from mbpo.run.metrics import read_metrics
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("checkpoint.every=128", "checkpoint.keep=5", "log_every=384", "eval_every=384")
+    first = AsyncTrainer(cfg, cfg.run_dir)
+    first.run()
+    ckpt = Path(cfg.run_dir) / "checkpoints/ckpt_000000000256.pt"
+    state = load_checkpoint(ckpt)["trainer"]
+    assert 0.0 < state["wall_s"] <= first.wall_s  # no row was logged before it (log_every=384)
+    counts = state["run_counts"]
+    assert counts["weights_version"] > 0
+    for later in list_checkpoints(Path(cfg.run_dir) / "checkpoints"):
+        if later != ckpt and int(later.stem.split("_")[1]) > 256:
+            later.unlink()  # the run as a crash after ckpt 256 left it
+    resumed = resume_trainer(cfg.run_dir, [])
+    row = resumed.run()
+    assert row["weights_version"] > counts["weights_version"] and row["gate_waits"] >= counts["gate_waits"]
+    assert float(read_metrics(Path(cfg.run_dir) / "metrics.csv")[-1]["wall_s"]) > state["wall_s"]
 
 
 def test_a_finished_run_trained_longer_evaluates_on_its_cadence_only(tiny_config: Callable[..., Config],
