@@ -85,8 +85,8 @@ class VecEnv(ABC):
     """Space of ONE env's observation (gymnasium convention, no batch dim)."""
     action_space: gym.spaces.Space
     """Space of ONE env's action: ``Box`` (continuous) or ``Discrete``."""
-    max_episode_steps: int | None
-    """Time limit after which an episode is truncated; None if unlimited."""
+    max_episode_steps: int | None = None
+    """Time limit after which an episode is truncated; None (the default) if unlimited."""
     episode_steps: torch.Tensor
     """Steps taken in each env's current episode, int64 ``(num_envs,)``."""
     spec_id: str | None = None

@@ -82,7 +82,9 @@ def check_interface(env: VecEnv) -> None:
     """
     num_envs = getattr(env, "num_envs", None)
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ContractError("", "env.num_envs", f"= {num_envs!r}", "a positive int: how many envs step together",
+        numpy = isinstance(num_envs, np.integer) and num_envs >= 1
+        raise ContractError("", "env.num_envs", f"= {num_envs!r}", "a positive Python int: how many envs step "
+                            "together", "set env.num_envs = int(...) in the env's __init__" if numpy else
                             "set env.num_envs in the env's __init__")
     device = getattr(env, "device", None)
     try:

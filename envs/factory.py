@@ -147,7 +147,7 @@ def _adapter(obj: Any, device: str | torch.device, seed: int | None) -> tuple[Ca
     if isinstance(obj, EnvBase):
         from envs.adapters.torchrl_env import from_torchrl
 
-        return (lambda: from_torchrl(obj)), "a torchrl EnvBase"
+        return (lambda: from_torchrl(obj, seed=seed)), "a torchrl EnvBase"
     if isinstance(obj, gym.vector.VectorEnv):
         from envs.adapters.gymnasium_vector import GymnasiumVecEnv
 

@@ -54,7 +54,7 @@ def make(
     num_envs = check_num_envs(num_envs)
     device = resolve_device(device)
     native = env_id in TASKS or env_id in TOY_TASKS
-    _check_fits(env_id, num_envs, device, native)
+    _check_fits(env_id, num_envs, device, native and source != "gymnasium")  # as the env it will build
     if source == "native" and not native:
         raise UnknownEnvError(f"{env_id!r} has no native torch implementation (source=native); native ids: "
                               f"{', '.join(list_envs(include_toy=True))}; use source=auto or gymnasium")

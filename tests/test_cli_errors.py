@@ -67,6 +67,20 @@ def test_env_and_agent_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str])
     assert "agent.name=dqn needs a discrete action space" in line and "use agent.name=sac" in line
     line = error_line(capfd, "train", "env.num_envs=100000000000", f"run_dir={tmp_path / 'c'}", *FAST)
     assert "need about" in line and "GiB" in line and "lower env.num_envs to at most" in line
+    line = error_line(capfd, "train", f"run_dir={tmp_path / 'd'}", *FAST, "eval_episodes=100000000000")
+    assert ("eval_episodes=100,000,000,000 runs as many Pendulum-v1 envs at once (one per episode), more than cpu "
+            "has memory for; lower eval_episodes to at most") in line and "env.num_envs" not in line
+
+
+def test_a_gymnasium_build_of_an_id_with_a_native_one_is_sized_as_gymnasiums(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """source=gymnasium builds gymnasium instances (tens of kB each), not the native batch: too many of them is the
+    same one line at once, not minutes of building before memory runs out.
+    """
+    import envs
+
+    with pytest.raises(envs.EnvTooLargeError, match="per gymnasium env instance"):
+        envs.make("CartPole-v1", 10**9, source="gymnasium")
 
 
 def test_env_factory_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

@@ -120,6 +120,10 @@ class RslRlVecEnv(VecEnv):
         fps = metadata.get("render_fps") if isinstance(metadata, Mapping) else None
         self.render_fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
         self._pending_seed = seed  # applied at the first reset, like the gymnasium adapter
+        if not callable(getattr(env, "reset", None)):  # rsl_rl's contract has none; Isaac Lab's and mjlab's envs do
+            warnings.warn(f"{type(env).__name__} has no reset() method: reset() cannot start new episodes, so every "
+                          "evaluation after the first scores the envs' running episodes from wherever they are; "
+                          "give the env a reset() that starts every env over", RuntimeWarning, stacklevel=2)
         self._last_obs: torch.Tensor | None = None  # what the last step/reset returned: None until reset
         self._closed = False
 

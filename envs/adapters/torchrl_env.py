@@ -9,9 +9,11 @@ that reset comes; :func:`from_torchrl` uses ``step_and_maybe_reset`` so both
 observations are at hand after one call.
 
 ``info["final_obs"]`` from :func:`from_torchrl` is whatever the torchrl env puts
-in ``("next", obs_key)``. torchrl 0.14's ``GymEnv(id, num_envs=N)`` over a
-gymnasium 1.x vector env loses it (a zero placeholder on finishing steps); wrap
-single envs in ``SerialEnv``/``ParallelEnv`` when the true last observation matters.
+in ``("next", obs_key)``. torchrl's ``GymEnv(id, num_envs=N)`` over a gymnasium 1.x
+vector env loses it (a zero placeholder on finishing steps): for such an env
+``info["final_obs_valid"]`` is False on those rows, so no transition learns from
+the placeholder (a time-out bootstraps from its own state instead). Wrap single
+envs in ``SerialEnv``/``ParallelEnv`` when the true last observation matters.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def _space(spec: TensorSpec, what: str) -> gym.spaces.Space:
 class TorchRLVecEnv(VecEnv):
     """A batched torchrl env (batch size ``[N]``) behind our VecEnv contract."""
 
-    def __init__(self, env: EnvBase, obs_key: str = "observation") -> None:
+    def __init__(self, env: EnvBase, obs_key: str = "observation", seed: int | None = None) -> None:
         if len(env.batch_size) != 1 or env.batch_size[0] < 1:
             raise ValueError(
                 f"from_torchrl needs a batched env with batch_size [N], got {list(env.batch_size)}; "
@@ -208,6 +210,8 @@ class TorchRLVecEnv(VecEnv):
         ours = isinstance(env, VecEnvTorchRL)
         self.max_episode_steps = env.vec_env.max_episode_steps if ours else None
         self.episode_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._final_obs_lost = _loses_final_obs(env)
+        self._pending_seed = seed  # applied at the first full reset, like the other adapters
         self._td: TensorDictBase | None = None
         self._closed = False
 
@@ -222,6 +226,7 @@ class TorchRLVecEnv(VecEnv):
         """Reset every env (``set_seed`` first, when given a seed), or just ``env_ids`` through ``"_reset"``."""
         if env_ids is not None:
             return self._reset_ids(env_ids, seed)
+        seed, self._pending_seed = (self._pending_seed if seed is None else seed), None
         if seed is not None:
             self.env.set_seed(int(seed))
         self._td = self.env.reset()
@@ -272,7 +277,10 @@ class TorchRLVecEnv(VecEnv):
         reward = nxt.get(self.env.reward_key).reshape(self.num_envs).to(self.device, torch.float32)
         steps = self.episode_steps
         self.episode_steps = torch.where(finished, torch.zeros_like(steps), steps + 1)
-        return self._obs(self._td), reward, terminated, truncated, {"final_obs": self._obs(nxt)}
+        info = {"final_obs": self._obs(nxt)}
+        if self._final_obs_lost:
+            info["final_obs_valid"] = ~finished
+        return self._obs(self._td), reward, terminated, truncated, info
 
     def close(self) -> None:
         if not self._closed:
@@ -280,8 +288,20 @@ class TorchRLVecEnv(VecEnv):
             self.env.close(raise_if_closed=False)  # an unstarted SerialEnv counts as closed
 
 
-def from_torchrl(env: EnvBase, obs_key: str = "observation") -> TorchRLVecEnv:
-    """Bring a batched torchrl env in as a VecEnv reading observations from ``obs_key``."""
+def _loses_final_obs(env: EnvBase) -> bool:
+    """Whether ``env`` is torchrl's ``GymEnv(id, num_envs=N)``: a gymnasium vector env under a ``GymWrapper``
+    (behind the transforms ``GymEnv`` adds), whose finishing steps report a placeholder as the last observation.
+    """
+    from torchrl.envs import GymWrapper, TransformedEnv
+
+    base = env.base_env if isinstance(env, TransformedEnv) else env
+    return isinstance(base, GymWrapper) and isinstance(getattr(base, "_env", None), gym.vector.VectorEnv)
+
+
+def from_torchrl(env: EnvBase, obs_key: str = "observation", seed: int | None = None) -> TorchRLVecEnv:
+    """Bring a batched torchrl env in as a VecEnv reading observations from ``obs_key``; ``seed`` seeds its first
+    full reset (one without a seed of its own).
+    """
     if not isinstance(env, EnvBase):
         raise TypeError(f"from_torchrl expects a torchrl.envs.EnvBase, got {type(env).__name__}")
-    return TorchRLVecEnv(env, obs_key=obs_key)
+    return TorchRLVecEnv(env, obs_key=obs_key, seed=seed)

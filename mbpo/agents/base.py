@@ -14,7 +14,15 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["Agent"]
+from mbpo.errors import MbpoError
+
+__all__ = ["Agent", "AgentSpaceError"]
+
+
+class AgentSpaceError(MbpoError, TypeError, ValueError):
+    """The env's spaces are not ones the configured learner can act in (a user's choice of env or agent.name, so
+    the CLI says it in one line); a TypeError or ValueError as well, for callers that catch those.
+    """
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from torchrl.data import Categorical
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
+from mbpo.agents.base import AgentSpaceError
 from mbpo.config import DQNConfig
 from mbpo.config.seeding import derive
 from mbpo.data.transitions import ACTION, NEXT_OBS, OBS, REWARD, TERMINATED
@@ -44,14 +45,15 @@ class DQN:
         seed: int = 0,
     ) -> None:
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise TypeError(
+            raise AgentSpaceError(
                 f"DQN needs a Discrete action space, got {action_space}; "
                 "use agent.name=sac for continuous (Box) actions"
             )
         if int(action_space.start) != 0:
-            raise ValueError(f"DQN expects Discrete actions starting at 0, got start={action_space.start}")
+            raise AgentSpaceError(f"DQN expects Discrete actions starting at 0, got start={action_space.start} "
+                                  "(wrap the env to number its actions from 0)")
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise TypeError(f"DQN needs a flat Box observation space, got {observation_space}")
+            raise AgentSpaceError(f"DQN needs a flat Box observation space, got {observation_space}")
         self.config = config
         self.device = torch.device(device)
         self.obs_dim = int(observation_space.shape[0])

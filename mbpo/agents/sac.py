@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mbpo.agents.base import AgentSpaceError
 from mbpo.agents.critic import Critics
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_loss_terms
@@ -89,16 +90,16 @@ class SAC:
         compile: bool = False,
     ) -> None:
         if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-            raise TypeError(
+            raise AgentSpaceError(
                 f"SAC needs a flat Box action space, got {action_space}; use agent.name=dqn for Discrete actions"
             )
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ValueError(
+            raise AgentSpaceError(
                 f"SAC squashes actions into the Box bounds, which must be finite; got low={action_space.low}, "
                 f"high={action_space.high} (wrap the env to rescale actions to finite bounds)"
             )
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise TypeError(f"SAC needs a flat Box observation space, got {observation_space}")
+            raise AgentSpaceError(f"SAC needs a flat Box observation space, got {observation_space}")
         self.config = config
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:

@@ -127,8 +127,14 @@ class Trainer:
             self._build_runtime(config)
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
             # that runs one instance per process (Isaac Sim) can then hold the evaluation env.
-            self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"),
-                                      render=config.eval_video)
+            try:
+                self.eval_env = build_env(config.env, config.eval_episodes, self.env_device, self.seed("eval_env"),
+                                          render=config.eval_video)
+            except envs.EnvTooLargeError as exc:  # its advice names env.num_envs; here eval_episodes sets the envs
+                fits = f" to at most {exc.fits:,}" if exc.fits else ""
+                raise ConfigError(f"eval_episodes={config.eval_episodes:,} runs as many {config.env.id} envs at once "
+                                  f"(one per episode), more than {self.env_device} has memory for; lower "
+                                  f"eval_episodes{fits}") from None
             self.plan.check({"eval env": self.eval_env})
             # Before any collector starts, on every backend: the eval env is built as every collector's is, and
             # every evaluation reseeds it, so its probe step changes nothing the run does afterwards.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from rsl_rl.env import VecEnv as RslRlVecEnvBase
 from tensordict import TensorDict
@@ -44,6 +45,9 @@ class Groups(RslRlVecEnvBase):
 
     def seed(self, seed: int = -1) -> int:
         return seed
+
+    def reset(self) -> tuple[TensorDict, dict]:  # as Isaac Lab's and mjlab's envs have (rsl_rl's contract has none)
+        return self.get_observations(), {}
 
     def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
         zeros = torch.zeros(self.num_envs)
@@ -94,7 +98,7 @@ class BreaksContract(envs.VecEnv):
 
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
               "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
-              "reset_without_keywords")
+              "reset_without_keywords", "unbounded_actions", "no_max_episode_steps")
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
@@ -107,8 +111,10 @@ class BreaksContract(envs.VecEnv):
         if breaks != "no_observation_space":
             self.observation_space = (gym.spaces.Discrete(3) if breaks == "discrete_observation_space"
                                       else self.pendulum.observation_space)
-        self.action_space = self.pendulum.action_space
-        self.max_episode_steps = self.pendulum.max_episode_steps
+        self.action_space = (gym.spaces.Box(-np.inf, np.inf, (1,), np.float32) if breaks == "unbounded_actions"
+                             else self.pendulum.action_space)
+        if breaks != "no_max_episode_steps":  # without it: VecEnv's default, None (no time limit of its own)
+            self.max_episode_steps = self.pendulum.max_episode_steps
 
     @property
     def episode_steps(self) -> torch.Tensor:  # type: ignore[override]  # reads through to Pendulum's

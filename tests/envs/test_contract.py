@@ -119,3 +119,14 @@ def test_the_error_survives_pickling_with_its_message() -> None:
     error = ContractError("step", "reward", "of shape (2, 1)", "(2,)", "squeeze it")
     again = pickle.loads(pickle.dumps(error))
     assert str(again) == str(error) and again.field == "reward"
+
+
+def test_a_numpy_num_envs_is_told_to_be_a_python_int() -> None:
+    """The adapters take a numpy count, the contract wants a Python int: the fix says how to give one."""
+    import numpy as np
+
+    env = BreaksContract(2, "cpu", 0, None)
+    env.num_envs = np.int64(2)  # type: ignore[assignment]
+    with pytest.raises(ContractError, match=r"env.num_envs = np.int64\(2\); expected a positive Python int: .*: set "
+                                            r"env.num_envs = int\(\.\.\.\) in the env's __init__"):
+        probe(env, 0)

@@ -42,6 +42,9 @@ def test_a_torchrl_env_base_goes_through_from_torchrl() -> None:
     env.reset(seed=0)
     obs, reward, *_ = env.step(torch.zeros(4, 1))
     assert obs.shape == (4, 3) and reward.shape == (4,)
+    # the factory names no seed, so the adapter seeds the env's first reset with it, as the other adapters do
+    first = [envs.make_from_factory(f"{F}:torchrl_env", 4, device="cpu", seed=1).reset() for _ in range(2)]
+    assert torch.equal(first[0], first[1])
 
 
 def test_a_gymnasium_vector_env_goes_through_the_gymnasium_adapter_with_the_kwargs() -> None:

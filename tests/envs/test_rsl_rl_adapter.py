@@ -196,6 +196,24 @@ def test_older_rsl_rl_tuple_observations_and_seeding() -> None:
         envs.from_rsl_rl(unseedable).reset(seed=1)
 
 
+def test_an_env_without_reset_is_said_to_go_on_with_its_running_episodes() -> None:
+    """rsl_rl's contract has no reset(): the adapter's reset() then only re-reads the observations, so an evaluation
+    after the first would score episodes already under way; the adapter says so once, when it is built.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        envs.from_rsl_rl(_Contract())  # with reset(): silent
+    running = _Contract()
+    running.reset = None  # type: ignore[assignment,method-assign]
+    with pytest.warns(RuntimeWarning, match=r"_Contract has no reset\(\) method: reset\(\) cannot start new episodes"):
+        env = envs.from_rsl_rl(running)
+    env.reset()
+    env.step(torch.zeros(3, 2))
+    assert env.reset()[0, 0] == 1.0  # the clock went on: no new episode
+
+
 @pytest.mark.parametrize("where", ["unwrapped", "env"])
 @pytest.mark.parametrize("ids", [torch.tensor([2]), torch.tensor([False, False, True])], ids=["indices", "mask"])
 def test_partial_reset_goes_to_the_envs_reset_with_env_ids(where: str, ids: torch.Tensor) -> None:

@@ -90,6 +90,26 @@ def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_coll
     assert (code, error_lines(err)) == (2, [f"error: {WHO}: {ERRORS[breaks]}"]), err[-3000:]
 
 
+@pytest.mark.parametrize("run", list(RUNS))
+def test_actions_the_learner_cannot_squash_are_one_line_and_exit_2_before_any_collector_starts(
+        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
+    """The contract holds any Box space; SAC needs finite action bounds: the learner's refusal is the user's to fix
+    (a wrapper that rescales the actions), so it is one line, not a traceback.
+    """
+    code, _, err = train_with("unbounded_actions", run, tmp_path, capsys)
+    assert (code, error_lines(err)) == (2, ["error: SAC squashes actions into the Box bounds, which must be finite; "
+                                            "got low=[-inf], high=[inf] (wrap the env to rescale actions to finite "
+                                            "bounds)"]), err[-3000:]
+
+
+def test_an_env_without_a_time_limit_of_its_own_trains_and_evaluates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``max_episode_steps`` left unset is VecEnv's None (no limit): evaluation caps the episodes itself."""
+    code, out, err = train_with("no_max_episode_steps", "sync", tmp_path, capsys)
+    assert code == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["last_eval_env_steps"] == 64
+
+
 def train_with(breaks: str, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """``mbpo train`` on the factory's env broken by ``breaks`` in the way of ``run``: exit code, stdout, stderr."""
     code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], f"run_dir={tmp_path / 'r'}"])
