@@ -18,7 +18,7 @@ from envs.contract import check_interface as contract_interface
 from mbpo.config import ConfigError, EnvConfig
 from mbpo.errors import MbpoError
 
-__all__ = ["build_env", "check_env", "check_interface", "check_shapes", "EnvContractError"]
+__all__ = ["build_env", "check_env", "check_interface", "EnvContractError"]
 
 
 class EnvContractError(MbpoError):
@@ -65,25 +65,17 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
 
     It steps ``env``: give it an env that a later ``reset(seed=...)`` starts over, such as the evaluation env.
     """
-    checked = check_shapes(env, config, seed)
+    try:
+        checked = probe(env, seed)
+    except envs.ContractError as exc:
+        at = "" if env.num_envs == config.num_envs else f" with num_envs={env.num_envs}"  # an evaluation env
+        raise EnvContractError(f"{_label(config)}{at}: {exc}") from exc
     if checked.float32_fields:
         found = ", ".join(f"{field_name(k)} as {str(d).removeprefix('torch.')}"
                           for k, d in checked.float32_fields.items())
         print(f"[mbpo] {_label(config)}: the env returns {found}; converting to float32 at every reset and step "
               "(what the learner computes in; return float32 to save the copy)", file=sys.stderr)
     return envs.as_float32(env, checked.float32_fields), checked
-
-
-def check_shapes(env: envs.VecEnv, config: EnvConfig, seed: int) -> Probe:
-    """:func:`check_env`'s probe alone (nothing printed, nothing wrapped): for a second env of the run whose
-    size differs from the checked one's (a shape can hold at 10 envs and break at 1), before it is reset with a
-    seed of its own.
-    """
-    try:
-        return probe(env, seed)
-    except envs.ContractError as exc:
-        at = "" if env.num_envs == config.num_envs else f" with num_envs={env.num_envs}"  # an evaluation env
-        raise EnvContractError(f"{_label(config)}{at}: {exc}") from exc
 
 
 def _label(env: EnvConfig) -> str:

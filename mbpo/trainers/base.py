@@ -37,7 +37,7 @@ from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
 from mbpo.run.video import EvalVideos
-from mbpo.runtime.env_builder import build_env, check_env, check_interface, check_shapes
+from mbpo.runtime.env_builder import build_env, check_env, check_interface
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
@@ -123,8 +123,6 @@ class Trainer:
         self.env = self._make_env()
         try:
             check_interface(self.env, config.env)  # before anything reads its device, spaces or reset
-            if config.env.num_envs != config.eval_episodes:  # the eval env's probe below holds another shape
-                check_shapes(self.env, config.env, self.seed("env_probe"))  # its runs reset it with their seeds
             self._build_learner(config, device)
             self._build_runtime(config)
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator

@@ -91,8 +91,8 @@ class SyncTrainer(Trainer):
 
     def _run(self, logger: MetricsLogger, stop: threading.Event) -> dict[str, Any]:
         cfg = self.config
-        if self._obs is None:  # the seed it was built with (a start-up probe may have stepped it since)
-            self._obs = self.env.reset(seed=self.seed("env"))
+        if self._obs is None:
+            self._obs = self.env.reset()
         n = self.env.num_envs
         throughput = self._start_clock()
         row: dict[str, Any] = {}
