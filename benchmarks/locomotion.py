@@ -25,7 +25,8 @@ DIR --charts docs/img`` rebuilds the JSON line and docs/benchmarks.md's charts f
 mean and IQM score carry 95% stratified-bootstrap intervals, and ``--best-mbpo`` against REDQ the probability of
 improvement with its interval, all from rliable (Agarwal et al. 2021; the ``bench`` extra). Targets (issue 50), on
 ``--best-mbpo``: a mean score of at least 1,850 on Hopper (REDQ's published mean) and 700 on Walker2d, an IQM at
-least REDQ's, and the probability of improvement over REDQ above 0.5 at its interval's lower bound.
+least REDQ's, and the probability of improvement over REDQ above 0.5 at its interval's lower bound, all judged on
+the seeds both learners finished at 30k, once there are five (null before).
 
     python benchmarks/locomotion.py [--env hopper|walker2d] [--seeds 0 1 2] [--learners mbpo sac_same_ratio sb3]
                                     [--run-root ~/mbpo-runs/locomotion] [--results docs/results/locomotion]
@@ -64,6 +65,8 @@ REPORT_AT = (10_000, 20_000, 30_000)
 LAST_EVALS = 3
 """Each seed's score: the mean of the last three evaluations (25k, 27.5k, 30k); one 10-episode Hopper evaluation
 swings by hundreds from its neighbours, close to a single draw."""
+MIN_SEEDS = 5
+"""Seeds both learners must have finished at full length before issue 50's targets are judged."""
 MODEL_FREE = ("sac_same_ratio", "sb3", "redq", "droq", "crossq")
 """The learners without a model, each of which the best MBPO must match (issue 37's target)."""
 BEST_MBPO = "mbpo_redq"
@@ -289,11 +292,17 @@ def screen_score(evals: dict[int, float]) -> float | None:
     return round(statistics.fmean(within), 1)
 
 
-def last_evals_mean(evals: dict[int, float]) -> float | None:
-    """The mean of the last LAST_EVALS evaluations, or None before the run has that many."""
-    if len(evals) < LAST_EVALS:
+def last_evals_mean(evals: dict[int, float], end: int = STEPS) -> float | None:
+    """The mean of the LAST_EVALS evaluations at a run's ``end`` and the EVAL_EVERY marks before it (25k, 27.5k
+    and 30k for a 30k run), each the evaluation nearest its mark within half an interval; None where one is
+    missing (a run not that far yet), so no other evaluation stands in for it by position.
+    """
+    marks = [end - k * EVAL_EVERY for k in range(LAST_EVALS)]
+    found = [min((s for s in evals if abs(s - m) <= EVAL_EVERY // 2), key=lambda s: abs(s - m), default=None)
+             for m in marks]
+    if any(s is None for s in found) or len(set(found)) < LAST_EVALS:
         return None
-    return round(statistics.fmean(evals[s] for s in sorted(evals)[-LAST_EVALS:]), 1)
+    return round(statistics.fmean(evals[s] for s in found if s is not None), 1)
 
 
 Rliable = tuple[Any, Any]
@@ -397,12 +406,20 @@ def question_learners(learners: dict[str, Any], best: str = BEST_MBPO) -> list[s
 
 def full_length(summary: dict[str, Any]) -> int:
     """How many of a learner's runs are done at STEPS (a screen's runs stop at 15,000)."""
-    return sum(r["done"] and r["env_steps"] >= STEPS - EVAL_EVERY // 2 for r in summary.get("runs", []))
+    return sum(_full(r) for r in summary.get("runs", []))
 
 
 def done_scores(summary: dict[str, Any]) -> dict[int, float]:
-    """A learner's score per done seed (:func:`summarize`'s runs)."""
-    return {r["seed"]: r["score"] for r in summary.get("runs", []) if r["done"] and r["score"] is not None}
+    """A learner's score per done seed (:func:`summarize`'s runs): its full-length (STEPS) runs where it has any,
+    else (a root of screens) its runs of their own length; never the two mixed.
+    """
+    done = [r for r in summary.get("runs", []) if r["done"] and r["score"] is not None]
+    full = [r for r in done if _full(r)]
+    return {r["seed"]: r["score"] for r in (full or done)}
+
+
+def _full(run: dict[str, Any]) -> bool:
+    return bool(run["done"]) and run["env_steps"] >= STEPS - EVAL_EVERY // 2
 
 
 def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
@@ -426,7 +443,9 @@ def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
             "wall_s": float(last["wall_s"]),
             "cpu_s": _float(last.get("cpu_s")),  # None for runs logged before metrics.csv had it
             "done": _done(run_dir), "returns": returns_at(evals),
-            "score": last_evals_mean(evals), "screen_score": screen_score(evals), "cpu_flags": _cpu_flags(run_dir),
+            # scored at its own length: a screen's 15k run on 10k-15k (done_scores keeps it apart from 30k runs)
+            "score": last_evals_mean(evals, round(int(last["env_steps"]) / EVAL_EVERY) * EVAL_EVERY),
+            "screen_score": screen_score(evals), "cpu_flags": _cpu_flags(run_dir),
             # steady state (no start-up: mbpo.run.throughput.steady_rate) and the whole run's average beside it
             "env_steps_per_s": _round(steady_rate(rows)),
             "env_steps_per_s_whole_run": _round(int(last["env_steps"]) / max(float(last["wall_s"]), 1e-9)),
@@ -441,10 +460,10 @@ def summarize(learner: str, run_dirs: list[Path], reps: int | None = None,
         values = [r["returns"][str(k)] for r in runs if str(k) in r["returns"]]
         out[f"median_at_{k}"] = round(statistics.median(values), 1) if values else None
         out[f"range_at_{k}"] = [min(values), max(values)] if values else None
-    scores = [r["score"] for r in runs if r["done"] and r["score"] is not None]
+    by_seed = done_scores(out)
+    scores = list(by_seed.values())
     out["median_score"] = round(statistics.median(scores), 1) if scores else None
     out["score_range"] = [min(scores), max(scores)] if scores else None
-    by_seed = done_scores(out)
     out["score_seeds"] = sorted(by_seed)
     out["screen_scores"] = {r["seed"]: r["screen_score"] for r in sorted(runs, key=lambda r: r["seed"])
                             if r["screen_score"] is not None}
@@ -681,13 +700,8 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     if sync_vs_async:
         result["async_vs_sync"] = sync_vs_async
     mine, peer = learners.get(best, {}), learners.get(PEER, {})
-    targets: dict[str, Any] = {"learner": best, "peer": PEER}
-    mean, iqm, peer_iqm = mine.get("mean_score"), mine.get("iqm_score"), peer.get("iqm_score")
-    judged = mean is not None and full_length(mine) == mine["seeds_done"]  # not a screen's shorter runs
-    targets[f"mean_at_least_{SCORE_TARGETS[env]:.0f}"] = mean >= SCORE_TARGETS[env] if judged else None
-    targets[f"iqm_at_least_{PEER}"] = None if iqm is None or peer_iqm is None else iqm >= peer_iqm
-    targets["improvement_lower_bound_above_0.5"] = None if poi["ci"] is None else poi["ci"][0] > 0.5
-    targets["five_paired_seeds"] = len(poi["seeds"]) >= 5
+    targets: dict[str, Any] = {"learner": best, "peer": PEER, **judge(env, done_scores(mine), done_scores(peer),
+                                                                      poi, reps, stats)}
     ours = mine.get("median_score")  # the ratios to each model-free learner stay on the median, as docs read them
     if ours is not None:
         peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")}
@@ -695,6 +709,28 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
         targets["over_each_model_free"] = {m: round(ours / v, 3) for m, v in peers.items() if v > 0}
     result["targets"] = targets
     return result
+
+
+def judge(env: str, mine: dict[int, float], peer: dict[int, float], poi: dict[str, Any], reps: int | None,
+          stats: Rliable | str | None) -> dict[str, Any]:
+    """Issue 50's targets, judged on the seeds both learners finished at full length and only once there are
+    MIN_SEEDS of them (None until then): the mean and IQM of each over those same seeds, and the probability of
+    improvement's interval (:func:`improvement` takes the same seeds). rliable compares the two sets of seeds
+    unpaired; taking the common seeds only keeps either learner from being judged on runs the other lacks.
+    """
+    common = sorted(set(mine) & set(peer))  # done_scores: full-length runs where a learner has any
+    out: dict[str, Any] = {"common_seeds": common, f"{MIN_SEEDS}_common_seeds": len(common) >= MIN_SEEDS}
+    keys = (f"mean_at_least_{SCORE_TARGETS[env]:.0f}", f"iqm_at_least_{PEER}", "improvement_lower_bound_above_0.5")
+    if len(common) < MIN_SEEDS:
+        return out | dict.fromkeys(keys, None)
+    stats = load_rliable() if stats is None else stats
+    ours = score_estimates([mine[s] for s in common], reps, stats)
+    theirs = score_estimates([peer[s] for s in common], reps, stats)
+    iqm, peer_iqm = ours["iqm_score"], theirs["iqm_score"]  # None without rliable
+    out |= {"mean_score": ours["mean_score"], "iqm_score": iqm, "peer_iqm_score": peer_iqm}
+    return out | dict(zip(keys, (ours["mean_score"] >= SCORE_TARGETS[env],
+                                 None if iqm is None or peer_iqm is None else iqm >= peer_iqm,
+                                 None if poi["ci"] is None else poi["ci"][0] > 0.5), strict=True))
 
 
 def async_against_sync(learners: dict[str, Any]) -> dict[str, Any]:

@@ -190,14 +190,46 @@ def test_a_learner_above_redq_on_every_seed_improves_on_it_with_probability_one_
     for seed in range(5):
         scored_run(tmp_path, "mbpo_redq", seed, 2_000.0 + 100 * seed)
         scored_run(tmp_path, "redq", seed, 1_000.0 + 100 * seed)
-    scored_run(tmp_path, "redq", 5, 5_000.0)  # a seed MBPO has not run: paired, it would pull the probability down
+    scored_run(tmp_path, "redq", 5, 5_000.0)  # a seed MBPO has not run: left out of the comparison
     result = locomotion.report("hopper", tmp_path, list(range(6)))
     assert result["probability_of_improvement"] == {"of": "mbpo_redq", "over": "redq", "seeds": [0, 1, 2, 3, 4],
                                                     "probability": 1.0, "ci": [1.0, 1.0]}
     targets = result["targets"]
     assert (targets["mean_at_least_1850"], targets["iqm_at_least_redq"], targets["improvement_lower_bound_above_0.5"],
-            targets["five_paired_seeds"]) == (True, True, True, True)  # IQMs 2,200 and 1,250 (seed 5 trimmed)
+            targets["5_common_seeds"], targets["common_seeds"]) == (True, True, True, True, [0, 1, 2, 3, 4])
+    assert (targets["iqm_score"], targets["peer_iqm_score"]) == (2_200.0, 1_200.0)  # both on seeds 0-4
     assert targets["over_each_model_free"]["redq"] == round(2_200.0 / 1_250.0, 3)  # the medians, as before
+
+
+@needs_rliable
+def test_the_targets_wait_for_five_seeds_both_learners_finished_at_full_length(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two MBPO seeds above five REDQ seeds do not meet the targets: nothing is judged until both learners have
+    five finished 30k seeds in common, and a screen's 15k run is no 30k seed.
+    """
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for seed in range(5):
+        scored_run(tmp_path, "redq", seed, 1_000.0 + 100 * seed)
+    for seed in range(2):
+        scored_run(tmp_path, "mbpo_redq", seed, 3_000.0)
+    scored_run(tmp_path, "mbpo_redq", 2, 3_000.0, evals=5)  # evaluations at 5k-15k: a screen, no 30k seed
+    targets = locomotion.report("hopper", tmp_path, list(range(5)))["targets"]
+    assert targets["common_seeds"] == [0, 1] and targets["5_common_seeds"] is False
+    assert (targets["mean_at_least_1850"], targets["iqm_at_least_redq"],
+            targets["improvement_lower_bound_above_0.5"]) == (None, None, None)
+
+
+def test_the_score_is_the_evaluations_at_25k_27_5k_and_30k_never_others_by_position() -> None:
+    """The async trainer evaluates a few steps past each mark; an extra evaluation past the end, or a missing one,
+    must not shift which three are averaged.
+    """
+    evals = {s: 0.0 for s in range(5_000, 25_000, 2_500)} | {25_024: 900.0, 27_520: 1_000.0, 30_000: 1_100.0}
+    assert locomotion.last_evals_mean(evals) == 1_000.0
+    assert locomotion.last_evals_mean(evals | {32_500: 0.0}) == 1_000.0  # past the run's end: not one of them
+    assert locomotion.last_evals_mean({k: v for k, v in evals.items() if k != 25_024}) is None  # 22.5k no stand-in
+    screen = {s: float(s) for s in range(5_000, 15_001, 2_500)}
+    assert locomotion.last_evals_mean(screen) is None  # a 15k screen has no 30k score
+    assert locomotion.last_evals_mean(screen, end=15_000) == 12_500.0  # its own: 10k, 12.5k and 15k
 
 
 @needs_rliable
@@ -218,18 +250,18 @@ def test_without_rliable_the_json_line_says_how_to_get_intervals_and_keeps_every
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A queue of runs stops at a failed invocation: a missing bench extra costs the intervals, nothing else."""
     monkeypatch.setitem(sys.modules, "rliable", None)  # what import sees without the package
-    for seed, score in enumerate([900.0, 1_500.0, 1_200.0]):
+    for seed, score in enumerate([900.0, 1_500.0, 1_200.0, 1_100.0, 1_300.0]):
         scored_run(tmp_path, "mbpo_redq", seed, score)
         scored_run(tmp_path, "redq", seed, score - 100.0)
     monkeypatch.setattr(sys, "argv", ["locomotion.py", "--report-only", "--run-root", str(tmp_path),
-                                      "--charts", str(tmp_path / "img")])
+                                      "--seeds", "0", "1", "2", "3", "4", "--charts", str(tmp_path / "img")])
     locomotion.main()
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert result["intervals"] == {"note": "intervals need rliable: pip install -e '.[bench]' (ModuleNotFoundError: "
                                            "import of rliable halted; None in sys.modules)"}
     summary = result["learners"]["mbpo_redq"]
-    assert (summary["mean_score"], summary["median_score"]) == (1_200.0, 1_200.0)
+    assert (summary["mean_score"], summary["median_score"]) == (1_200.0, 1_200.0)  # five seeds: judged
     assert summary["iqm_score"] is summary["mean_score_ci"] is summary["iqm_score_ci"] is None
     assert result["probability_of_improvement"]["probability"] is None
     assert result["targets"]["mean_at_least_1850"] is False and result["targets"]["iqm_at_least_redq"] is None
