@@ -27,8 +27,8 @@ import torch
 
 from envs.base import StepResult, VecEnv, random_actions
 
-__all__ = ["ContractError", "Probe", "probe", "check_interface", "check_reset", "check_step", "as_float32",
-           "Float32Env", "FLOAT32_FIELDS"]
+__all__ = ["ContractError", "Probe", "probe", "check_interface", "check_first_reset", "check_reset", "check_step",
+           "as_float32", "Float32Env", "FLOAT32_FIELDS"]
 
 FLOAT32_FIELDS = ("obs", "reward", "final_obs")
 """The fields a float32 cast fits: float32 in the contract, and read by the learner as float32."""
@@ -138,19 +138,27 @@ def probe(env: VecEnv, seed: int) -> Probe:
     """
     check_interface(env)
     obs = env.reset(seed=seed)
-    casts = check_reset(env, obs)
-    finite = torch.isfinite(obs).all(-1)
-    if not bool(finite.all()):  # nothing can act on it; runtime.nonfinite rules the steps after this one
-        row = int((~finite).nonzero()[0, 0])
-        raise ContractError("reset", "obs", f"with a non-finite value in env index {row} ({obs[row].tolist()})",
-                            "finite observations: no policy can act on a NaN or inf",
-                            "fix the env's reset (runtime.nonfinite covers the steps after it, not the first "
-                            "observation)")
+    casts = check_first_reset(env, obs)
     actions = random_actions(env, torch.Generator().manual_seed(seed))
     step = env.step(actions)
     casts |= check_step(env, step)
     next_obs, reward, terminated, truncated, info = _cast(step, casts)
     return Probe(_cast_obs(obs, casts), actions, next_obs, reward, terminated, truncated, info, casts)
+
+
+def check_first_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:
+    """:func:`check_reset`, and every observation finite: nothing can act on a NaN, and ``runtime.nonfinite``
+    rules only the steps after the first reset.
+    """
+    casts = check_reset(env, obs)
+    finite = torch.isfinite(obs).all(-1)
+    if not bool(finite.all()):
+        row = int((~finite).nonzero()[0, 0])
+        raise ContractError("reset", "obs", f"with a non-finite value in env index {row} ({obs[row].tolist()})",
+                            "finite observations: no policy can act on a NaN or inf",
+                            "fix the env's reset (runtime.nonfinite covers the steps after it, not the first "
+                            "observation)")
+    return casts
 
 
 def check_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:

@@ -1,4 +1,4 @@
-"""The one base class for a user's mistake (as opposed to a bug in mbpo).
+"""The one base class for a user's mistake (as opposed to a bug in mbpo), and the env's faults among them.
 
 The CLI prints such an error as one line, ``error: <message>``, and exits 2;
 anything else keeps its traceback. Messages say what was wrong and how to fix it.
@@ -6,8 +6,36 @@ anything else keeps its traceback. Messages say what was wrong and how to fix it
 
 from __future__ import annotations
 
-__all__ = ["MbpoError"]
+__all__ = ["MbpoError", "EnvFaultError", "env_fault"]
 
 
 class MbpoError(Exception):
     """Something the user can fix: a config, a path, a checkpoint, a run dir."""
+
+
+class EnvFaultError(MbpoError):
+    """What the env returned breaks a rule of the run (a non-finite value, the VecEnv contract). A collector
+    that meets one fails the run at once on every backend: a restart would step the same env into it again.
+    ``detail`` keeps where it was raised (a collector process's or Ray actor's traceback).
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # picklable with its detail (a child sends it back)
+        return type(self), (str(self), self.detail)
+
+
+def env_fault(type_name: str, message: str, detail: str) -> EnvFaultError | None:
+    """The :class:`EnvFaultError` a child process reported by its type's name; None for any other error."""
+    kinds = {cls.__name__: cls for cls in _subclasses(EnvFaultError)}
+    kind = kinds.get(type_name)
+    return None if kind is None else kind(message, detail=detail)
+
+
+def _subclasses(cls: type[EnvFaultError]) -> list[type[EnvFaultError]]:
+    found: list[type[EnvFaultError]] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found

@@ -34,6 +34,7 @@ from mbpo.config import AgentConfig, ModelConfig
 from mbpo.config.seeding import derive
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
+from mbpo.runtime.env_builder import check_training_env
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.queue import TransitionQueue
@@ -122,6 +123,8 @@ class CollectorSetup:
     then plans through a replica of the ensemble that the published snapshots fill."""
     env_id: str = ""
     """env.id, for the task's rules a planning collector's model needs (model.lookahead)."""
+    env_label: str = "the env"
+    """How errors name the env (mbpo.runtime.env_builder.env_label: its factory, else its id)."""
 
 
 class Collector(Protocol):
@@ -165,6 +168,10 @@ class EnvStepper:
         self.env = envs.as_float32(env, setup.float32_fields)
         self.random_gen = torch.Generator().manual_seed(derive(seed, "random_actions"))
         self.obs = self.env.reset(seed=seed)
+        self.who = f"collector {collector_id}: {setup.env_label}"
+        check_training_env(self.env, self.who, obs=self.obs)
+        self.step_checked = False
+        """The first step is held to the contract too (check_training_env), then no other."""
         self.episode_return = torch.zeros(env.num_envs, dtype=torch.float64)
         self.policy_version = 0
         """The published weight version the policy holds (0: none yet)."""
@@ -206,7 +213,11 @@ class EnvStepper:
                 actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
                 planned += int(getattr(self.policy, "planned", False)) * n
             tock = time.perf_counter()
-            next_obs, reward, terminated, truncated, info = env.step(actions)
+            result = env.step(actions)
+            if not self.step_checked:
+                check_training_env(env, self.who, step=result)
+                self.step_checked = True
+            next_obs, reward, terminated, truncated, info = result
             act_s, env_s = act_s + tock - tick, env_s + time.perf_counter() - tock
             self.beat()  # only a step that never returns makes a collector hung, not a slow one
             done = terminated | truncated

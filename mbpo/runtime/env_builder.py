@@ -9,19 +9,20 @@ reach a child: the factory is a ``"package.module:callable"`` string that the ch
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
 import envs
-from envs.contract import Probe, field_name, probe
+from envs.contract import Probe, check_first_reset, check_step, field_name, probe
 from envs.contract import check_interface as contract_interface
 from mbpo.config import ConfigError, EnvConfig
-from mbpo.errors import MbpoError
+from mbpo.errors import EnvFaultError
 
-__all__ = ["build_env", "check_env", "check_interface", "EnvContractError"]
+__all__ = ["build_env", "check_env", "check_interface", "check_training_env", "env_label", "EnvContractError"]
 
 
-class EnvContractError(MbpoError):
+class EnvContractError(EnvFaultError):
     """The run's env returns from ``reset`` or ``step`` what the VecEnv contract does not allow (one field,
     named, with what was expected and how to fix it).
     """
@@ -39,11 +40,11 @@ def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: i
         try:
             return envs.make(env.id, num_envs, device=device, seed=seed, source=env.source, **extra)
         except envs.RenderError as exc:  # a renderer that cannot work here (mjlab without offscreen OpenGL)
-            raise ConfigError(f"{_label(env)}: {exc}") from exc
+            raise ConfigError(f"{env_label(env)}: {exc}") from exc
     try:
         return envs.make_from_factory(env.factory, num_envs, device=device, seed=seed, **env.kwargs)
     except envs.EnvFactoryError as exc:
-        raise ConfigError(f"{_label(env)} {exc.problem}") from exc
+        raise ConfigError(f"{env_label(env)} {exc.problem}") from exc
 
 
 def check_interface(env: envs.VecEnv, config: EnvConfig) -> None:
@@ -53,7 +54,7 @@ def check_interface(env: envs.VecEnv, config: EnvConfig) -> None:
     try:
         contract_interface(env)
     except envs.ContractError as exc:
-        raise EnvContractError(f"{_label(config)}: {exc}") from exc
+        raise EnvContractError(f"{env_label(config)}: {exc}") from exc
 
 
 def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecEnv, Probe]:
@@ -69,15 +70,35 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
         checked = probe(env, seed)
     except envs.ContractError as exc:
         at = "" if env.num_envs == config.num_envs else f" with num_envs={env.num_envs}"  # an evaluation env
-        raise EnvContractError(f"{_label(config)}{at}: {exc}") from exc
+        raise EnvContractError(f"{env_label(config)}{at}: {exc}") from exc
     if checked.float32_fields:
         found = ", ".join(f"{field_name(k)} as {str(d).removeprefix('torch.')}"
                           for k, d in checked.float32_fields.items())
-        print(f"[mbpo] {_label(config)}: the env returns {found}; converting to float32 at every reset and step "
+        print(f"[mbpo] {env_label(config)}: the env returns {found}; converting to float32 at every reset and step "
               "(what the learner computes in; return float32 to save the copy)", file=sys.stderr)
     return envs.as_float32(env, checked.float32_fields), checked
 
 
-def _label(env: EnvConfig) -> str:
+def check_training_env(env: envs.VecEnv, label: str, obs: Any = None, step: Any = None) -> None:
+    """Hold a training env's first reset (``obs``) or first step (``step``), as the run took them, to the VecEnv
+    contract. The start-up probe steps the evaluation env only (stepping the run's own env would move what it
+    keeps across resets), with ``eval_episodes`` envs: a field that breaks only at ``env.num_envs`` (a reward
+    squeezed to a scalar at one env) is named here, before the learner meets it. ``env`` casts to float32
+    what the probe found it must, so a field still in another dtype differs from the evaluation env's.
+    ``label`` names the env (:func:`env_label`, with the collector). Raises :class:`EnvContractError`.
+    """
+    try:
+        casts = {} if obs is None else check_first_reset(env, obs)
+        casts |= {} if step is None else check_step(env, step)
+    except envs.ContractError as exc:
+        raise EnvContractError(f"{label}: {exc}") from exc
+    if casts:
+        found = ", ".join(f"{field_name(k)} as {str(d).removeprefix('torch.')}" for k, d in casts.items())
+        raise EnvContractError(f"{label}: {'reset' if step is None else 'step'} returned {found} with num_envs="
+                               f"{env.num_envs}, float32 with eval_episodes envs; expected one dtype at every "
+                               "num_envs (the VecEnv contract, envs/base.py): return float32")
+
+
+def env_label(env: EnvConfig) -> str:
     """How messages name the run's env: by the factory that builds it, else by its id."""
     return f"env.factory={env.factory!r}" if env.factory is not None else f"env.id={env.id!r}"

@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 import envs
 from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
-from mbpo.errors import MbpoError
+from mbpo.errors import EnvFaultError
 
 __all__ = ["NonFiniteEnvError", "finite_rows", "screen", "reset_poisoned"]
 
@@ -28,17 +28,10 @@ FIELDS = (OBS, REWARD, NEXT_OBS)
 """The fields screened: what a buffer keeps from the env (actions come from the policy, checked there)."""
 
 
-class NonFiniteEnvError(MbpoError):
+class NonFiniteEnvError(EnvFaultError):
     """An env returned a non-finite observation or reward (``runtime.nonfinite=raise``): the env's fault, so a
-    one-line user error. ``detail`` keeps where it was raised (a collector process's or actor's traceback).
+    one-line user error.
     """
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.detail = detail
-
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # picklable with its detail (a child sends it back)
-        return type(self), (str(self), self.detail)
 
 
 def finite_rows(step: TensorDict) -> torch.Tensor:

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from mbpo.errors import EnvFaultError
 from mbpo.runtime.collectors import Collector
 from mbpo.runtime.gate import RatioGate
-from mbpo.runtime.nonfinite import NonFiniteEnvError
 from mbpo.runtime.timing import UNOBSERVED_S
 
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
@@ -140,7 +140,7 @@ class CollectorPool:
         assert error is not None
         c.close()
         self.retired.append(c)
-        if isinstance(error, NonFiniteEnvError):  # the env's data, not a crash: a restart would meet it again
+        if isinstance(error, EnvFaultError):  # the env's data, not a crash: a restart would meet it again
             raise error
         self._replace(cid, c, f"collector {cid} failed", error)
 

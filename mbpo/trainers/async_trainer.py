@@ -40,7 +40,7 @@ from mbpo.model_based.planning_policy import MODEL_KEY
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
-from mbpo.runtime.env_builder import EnvContractError, build_env, check_interface
+from mbpo.runtime.env_builder import EnvContractError, build_env, check_interface, env_label
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
@@ -85,7 +85,8 @@ class AsyncTrainer(Trainer):
         self.setup = CollectorSetup(acting_config(config.agent), self.env.observation_space, self.env.action_space, n,
                                     steps_per_batch, config.agent.learning_starts, rt.nonfinite,
                                     rt.collector_threads, config.debug, keep_first_step=config.model.enabled,
-                                    lookahead=config.model if planning else None, env_id=config.env.id)
+                                    lookahead=config.model if planning else None, env_id=config.env.id,
+                                    env_label=env_label(config.env))
         self.backend = make_backend(
             rt.backend, self.setup, self.queue, self.weights, self.gate, num_collectors=self.num_collectors,
             env=config.env, env_device=str(self.env_device), env_seed=self._env_seed, action_seed=self._action_seed,

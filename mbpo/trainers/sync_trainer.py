@@ -31,6 +31,7 @@ from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
 from mbpo.model_based.planning_policy import PlanningPolicy
 from mbpo.run.metrics import MetricsLogger
+from mbpo.runtime.env_builder import check_training_env, env_label
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.async_stop import final_checkpoint
@@ -51,6 +52,8 @@ class SyncTrainer(Trainer):
         self._env_ahead = False
         """The env took a step that was never stored (it returned a non-finite value under nonfinite=raise): a
         checkpoint then holds no env state, and a resume starts new episodes."""
+        self._step_checked = False
+        """The run's first step was held to the contract (check_training_env); no later one is."""
 
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()
@@ -92,7 +95,7 @@ class SyncTrainer(Trainer):
     def _run(self, logger: MetricsLogger, stop: threading.Event) -> dict[str, Any]:
         cfg = self.config
         if self._obs is None:
-            self._obs = self.env.reset()
+            self._obs = self._first_reset()
         n = self.env.num_envs
         throughput = self._start_clock()
         row: dict[str, Any] = {}
@@ -150,6 +153,12 @@ class SyncTrainer(Trainer):
             print(f"[mbpo] stopped at {self.env_steps:,} env steps; final checkpoint: {self.save()}", file=sys.stderr)
         return row
 
+    def _first_reset(self) -> torch.Tensor:
+        """The env's reset where the run starts episodes, held to the contract (check_training_env)."""
+        obs = self.env.reset()
+        check_training_env(self.env, env_label(self.config.env), obs=obs)
+        return obs
+
     def _collect_step(self) -> None:
         obs = self._obs
         assert obs is not None, "run() resets the env before the first step"
@@ -160,7 +169,11 @@ class SyncTrainer(Trainer):
             actions = self.policy.act(obs.cpu(), explore=True).to(self.env.device)
             self.planned_actions += int(getattr(self.policy, "planned", False)) * self.env.num_envs
         tock = time.perf_counter()
-        next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        result = self.env.step(actions)
+        if not self._step_checked:
+            check_training_env(self.env, env_label(self.config.env), step=result)
+            self._step_checked = True
+        next_obs, reward, terminated, truncated, info = result
         self.time_s["act"] += tock - tick
         self.time_s["env"] += time.perf_counter() - tock
         done = terminated | truncated
@@ -232,7 +245,7 @@ class SyncTrainer(Trainer):
                    else f"{self.config.env.id} cannot save its simulator state")
             warnings.warn(f"{why}: the resumed run starts new episodes, so it is not bit-identical to an "
                           "uninterrupted one", stacklevel=2)
-            self._obs = self.env.reset()
+            self._obs = self._first_reset()
             self._episode_return.zero_()
             if isinstance(self.policy, PlanningPolicy):  # no warm start carries into the new episodes
                 self.policy.end_episodes(torch.ones(self.env.num_envs, dtype=torch.bool))

@@ -98,7 +98,7 @@ class BreaksContract(envs.VecEnv):
 
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
               "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
-              "reset_without_keywords", "unbounded_actions", "no_max_episode_steps")
+              "reset_without_keywords", "unbounded_actions", "no_max_episode_steps", "squeezed_reward")
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
@@ -136,6 +136,8 @@ class BreaksContract(envs.VecEnv):
     def step(self, actions: torch.Tensor) -> envs.base.StepResult:
         obs, reward, terminated, truncated, info = self.pendulum.step(actions)
         info = {} if self.breaks == "no_final_obs" else {"final_obs": self._obs(info["final_obs"])}
+        if self.breaks == "squeezed_reward":  # a bug that shows at num_envs=1 only: shape () instead of (1,)
+            reward = reward.squeeze()
         return (self._obs(obs), reward.unsqueeze(-1) if self.breaks == "reward_column" else reward,
                 terminated.float() if self.breaks == "float_terminated" else terminated, truncated, info)
 

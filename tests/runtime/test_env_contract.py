@@ -15,13 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+import envs
 from mbpo import cli
 from mbpo.agents import make_agent
 from mbpo.config import load_config
 from mbpo.runtime.collectors import EnvStepper
+from mbpo.runtime.env_builder import EnvContractError, check_training_env
 from mbpo.runtime.supervisor import CollectorPool
 from mbpo.trainers import AsyncTrainer
 from tests.conftest import TRAINER_RUNS
+from tests.envs.factories import breaks_contract
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
 
@@ -103,6 +106,37 @@ def test_actions_the_learner_cannot_squash_are_one_line_and_exit_2_before_any_co
     assert (code, error_lines(err)) == (2, ["error: SAC squashes actions into the Box bounds, which must be finite; "
                                             "got low=[-inf], high=[inf] (wrap the env to rescale actions to finite "
                                             "bounds)"]), err[-3000:]
+
+
+def test_a_field_that_breaks_only_at_the_training_envs_size_is_one_line_and_no_collector_restarts(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The start-up probe steps the evaluation env (eval_episodes=2 envs here), which fits; the training env
+    (env.num_envs=1) squeezes its reward to a scalar. Its first step is held to the contract as it comes, so the
+    run ends on one line naming the field (and the collector), not on the learner's traceback after a
+    collector's restarts: a restart would step the same env into it again.
+    """
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=squeezed_reward", *TINY, *TRAINER_RUNS[trainer_run],
+                     "env.num_envs=1", f"run_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    who = WHO if trainer_run == "sync" else f"collector 0: {WHO}"
+    assert (code, error_lines(err)) == (2, [f"error: {who}: step returned reward of shape (); expected float32 of "
+                                            f"shape (num_envs,) = (1,) on cpu {CONTRACT}: return one value per env "
+                                            "(num_envs=1)"]), err[-3000:]
+    assert "restarting" not in err, err[-3000:]
+
+
+def test_a_training_env_in_another_float_dtype_than_the_evaluation_envs_is_named() -> None:
+    """The training env casts to float32 what the probe of the evaluation env found it must: a field still in
+    another dtype is an env whose dtype depends on num_envs.
+    """
+    env = breaks_contract(2, "cpu", 0, breaks="float64_obs")
+    with pytest.raises(EnvContractError) as caught:
+        check_training_env(env, "collector 0: mine", obs=env.reset(seed=0))
+    assert str(caught.value) == ("collector 0: mine: reset returned obs as float64 with num_envs=2, float32 with "
+                                 "eval_episodes envs; expected one dtype at every num_envs (the VecEnv contract, "
+                                 "envs/base.py): return float32")
+    cast = envs.as_float32(env, ("obs", "final_obs"))
+    check_training_env(cast, "mine", obs=cast.reset(seed=0), step=cast.step(torch.zeros(2, 1)))
 
 
 def test_an_env_without_a_time_limit_of_its_own_trains_and_evaluates(

@@ -38,6 +38,7 @@ import torch
 from mbpo.config import EnvConfig
 from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
+from mbpo.errors import env_fault
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,
@@ -46,7 +47,6 @@ from mbpo.runtime.collectors import (
     CollectorLoop,
     CollectorSetup,
     CollectorStopped,
-    NonFiniteEnvError,
 )
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
@@ -68,8 +68,7 @@ class CollectorProcessError(RuntimeError):
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
     """The parent-side exception for a child's: the same type where the supervisor decides on it."""
     where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
-    return NonFiniteEnvError(message, detail=where) if type_name == "NonFiniteEnvError" else \
-        CollectorProcessError(where)
+    return env_fault(type_name, message, where) or CollectorProcessError(where)
 
 
 class ProcessCollector(CollectorLoop):

@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mbpo.config import EnvConfig, RayConfig
-from mbpo.errors import MbpoError
+from mbpo.errors import EnvFaultError, MbpoError
 from mbpo.runtime.backends.child import ChildSpec
 from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
-from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped, NonFiniteEnvError
+from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.queue import TransitionQueue
@@ -175,7 +175,7 @@ class RayCollector(CollectorLoop):
 
     def _result(self, ref: Any, startup: bool = False) -> Any:
         """``ray.get(ref)`` once ``ray.wait`` says it is ready; heartbeats while waiting; an actor's error or
-        death raised here (a collector's NonFiniteEnvError keeps its type).
+        death raised here (a collector's EnvFaultError keeps its type).
         """
         ray = self.backend.ray
         deadline = time.monotonic() + RAY_START_TIMEOUT_S
@@ -213,8 +213,8 @@ class RayCollector(CollectorLoop):
     def _remote_error(self, exc: Any) -> BaseException:
         cause = getattr(exc, "cause", None)
         text = str(exc)
-        if isinstance(cause, NonFiniteEnvError):
-            return NonFiniteEnvError(str(cause), detail=text)
+        if isinstance(cause, EnvFaultError):
+            return type(cause)(str(cause), detail=text)
         return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised:\n{text}")
 
 
