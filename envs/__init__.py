@@ -47,7 +47,7 @@ def from_torchrl(env: EnvBase, **kwargs: Any) -> VecEnv:
     return _from_torchrl(env, **kwargs)
 
 
-def from_rsl_rl(vec_env: Any, obs_group: str = "actor", **kwargs: Any) -> VecEnv:
+def from_rsl_rl(vec_env: Any, obs_group: str | None = None, **kwargs: Any) -> VecEnv:
     """Bring an rsl_rl ``VecEnv`` (Isaac Lab, mjlab) in as a VecEnv (see envs.adapters.rsl_rl)."""
     from envs.adapters.rsl_rl import from_rsl_rl as _from_rsl_rl
 

@@ -44,7 +44,6 @@ EXPECTED_RETURN = ("an envs.VecEnv, an rsl_rl VecEnv (Isaac Lab, mjlab), a batch
                    "gymnasium VectorEnv")
 FACTORY_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 """What a factory name looks like: dotted module path, a colon, dotted attribute path."""
-_POLICY_GROUPS = ("actor", "policy")
 
 
 class EnvFactoryError(TypeError):
@@ -153,7 +152,7 @@ def _adapter(obj: Any, device: str | torch.device, seed: int | None) -> tuple[Ca
 
         return (lambda: GymnasiumVecEnv(obj, device=device, seed=seed)), "a gymnasium VectorEnv"
     if is_rsl_rl_env(obj):
-        return (lambda: from_rsl_rl(obj, _policy_group(obj), seed=seed)), "an rsl_rl VecEnv"
+        return (lambda: from_rsl_rl(obj, seed=seed)), "an rsl_rl VecEnv"
     return None, ""
 
 
@@ -187,12 +186,3 @@ def _signature(fn: Callable[..., Any]) -> str:
         return f"{getattr(fn, '__name__', 'it')}{inspect.signature(fn)}"
     except (TypeError, ValueError):
         return "no inspectable signature"
-
-
-def _policy_group(env: Any) -> str:
-    """``actor`` (rsl_rl's and mjlab's name), else ``policy`` (Isaac Lab's), else ``actor`` to list the groups."""
-    obs = env.get_observations()
-    if isinstance(obs, tuple) and len(obs) == 2:  # rsl_rl < 3: (obs, extras)
-        obs = obs[0]
-    keys = list(obs.keys()) if hasattr(obs, "keys") else []
-    return next((group for group in _POLICY_GROUPS if group in keys), _POLICY_GROUPS[0])

@@ -38,7 +38,7 @@ import torch
 
 from envs.base import RenderError, StepResult, VecEnv, check_actions, resolve_env_ids
 
-__all__ = ["RslRlVecEnv", "from_rsl_rl", "is_rsl_rl_env"]
+__all__ = ["RslRlVecEnv", "from_rsl_rl", "is_rsl_rl_env", "policy_group", "POLICY_GROUPS"]
 
 _REQUIRED = ("num_envs", "num_actions", "device", "get_observations", "step")
 
@@ -69,6 +69,27 @@ def _select(obs: Any, group: str, what: str) -> torch.Tensor:
     return value
 
 
+POLICY_GROUPS = ("actor", "policy")
+"""The policy's observation group by the names the field uses: rsl_rl's and mjlab's, then Isaac Lab's."""
+
+
+def policy_group(obs: Any) -> str:
+    """The group of ``obs`` (what ``get_observations()`` returned) that the policy reads: the first of
+    :data:`POLICY_GROUPS` it holds; a KeyError naming the groups it does hold where it has none of them.
+    """
+    if isinstance(obs, tuple) and len(obs) == 2:  # rsl_rl < 3: (obs, extras)
+        obs = obs[0]
+    if isinstance(obs, torch.Tensor) or not hasattr(obs, "keys"):  # one tensor (rsl_rl < 3); _select checks the rest
+        return POLICY_GROUPS[0]
+    keys = list(obs.keys())
+    found = next((group for group in POLICY_GROUPS if group in keys), None)
+    if found is None:
+        raise KeyError(f"neither 'actor' (rsl_rl's and mjlab's name) nor 'policy' (Isaac Lab's) is an observation "
+                       f"group of the env's get_observations(); available groups: {keys}. Pick one with "
+                       "from_rsl_rl(env, obs_group=...)")
+    return found
+
+
 class RslRlVecEnv(VecEnv):
     """An rsl_rl ``VecEnv`` as one of ours: one observation group, continuous Box actions.
 
@@ -84,7 +105,7 @@ class RslRlVecEnv(VecEnv):
     def __init__(
         self,
         env: Any,
-        obs_group: str = "actor",
+        obs_group: str | None = None,
         seed: int | None = None,
         action_limit: float | None = None,
         validate_actions: bool = True,
@@ -99,12 +120,13 @@ class RslRlVecEnv(VecEnv):
         for name, value in (("num_envs", num_envs), ("num_actions", num_actions)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"the env's {name} must be an int >= 1, got {value!r}")
-        self.env, self.obs_group = env, obs_group
+        raw = env.get_observations()
+        self.env, self.obs_group = env, policy_group(raw) if obs_group is None else obs_group
         self.spec_id: str | None = None  # the registered id, when envs.make built it
         self.num_envs = int(num_envs)
         self.device = torch.device(env.device)
         self.validate_actions = validate_actions
-        obs = self._obs(env.get_observations(), "get_observations()")
+        obs = self._obs(raw, "get_observations()")
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(obs.shape[1],), dtype=np.float32)
         if action_limit is None:
             clip = getattr(env, "clip_actions", None)
@@ -259,13 +281,14 @@ def _takes_env_ids(fn: Callable) -> bool:
 
 def from_rsl_rl(
     vec_env: Any,
-    obs_group: str = "actor",
+    obs_group: str | None = None,
     *,
     seed: int | None = None,
     action_limit: float | None = None,
     validate_actions: bool = True,
 ) -> RslRlVecEnv:
-    """Bring an rsl_rl ``VecEnv`` (Isaac Lab, mjlab) in as a VecEnv observing ``obs_group``.
+    """Bring an rsl_rl ``VecEnv`` (Isaac Lab, mjlab) in as a VecEnv observing ``obs_group`` (None: ``actor``,
+    else Isaac Lab's ``policy``: :func:`policy_group`).
 
     ``seed`` applies at the first ``reset()`` that is not given one;
     ``action_limit`` overrides the declared action bound (see :class:`RslRlVecEnv`).

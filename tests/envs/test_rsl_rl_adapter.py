@@ -165,6 +165,31 @@ def test_missing_obs_group_names_the_available_ones() -> None:
     assert envs.from_rsl_rl(_Contract(), obs_group="critic").obs_dim == 8  # other groups are ignored
 
 
+class _Renamed(_Contract):
+    """_Contract with its actor group under another name (Isaac Lab's ``policy``, or a user's own)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def _groups(self) -> TensorDict:
+        groups = super()._groups()
+        return TensorDict({self.name: groups["actor"], "critic": groups["critic"]}, batch_size=[3])
+
+
+def test_the_default_group_is_actor_else_isaac_labs_policy_and_neither_names_the_groups() -> None:
+    """Without ``obs_group``: rsl_rl's and mjlab's ``actor``, else Isaac Lab's ``policy`` (so an Isaac Lab env, and
+    ``to_rsl_rl``'s export, come in as they are); with neither, the error names the groups there are.
+    """
+    assert envs.from_rsl_rl(_Contract()).obs_group == "actor"
+    isaac = envs.from_rsl_rl(_Renamed("policy"))
+    assert isaac.obs_group == "policy" and isaac.obs_dim == 4
+    with pytest.raises(KeyError, match=r"neither 'actor' .* nor 'policy' .* available groups: \['proprio', "
+                                       r"'critic'\]\. Pick one with from_rsl_rl\(env, obs_group=\.\.\.\)"):
+        envs.from_rsl_rl(_Renamed("proprio"))
+    assert envs.from_rsl_rl(_Renamed("proprio"), obs_group="proprio").obs_dim == 4
+
+
 def test_objects_outside_the_contract_are_rejected_clearly() -> None:
     with pytest.raises(TypeError, match="lacks num_envs, num_actions, device, get_observations, step"):
         envs.from_rsl_rl(object())

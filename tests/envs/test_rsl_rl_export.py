@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_round_trip_steps_identically(env_id: str) -> None:
     direct = envs.make(env_id, 8, device="cpu", seed=3)
     exported = envs.to_rsl_rl(envs.make(env_id, 8, device="cpu", seed=3))
-    back = envs.from_rsl_rl(exported, obs_group="policy")
+    back = envs.from_rsl_rl(exported)  # its group is policy, as Isaac Lab's: found without naming it
     assert back.action_space == direct.action_space and back.observation_space.shape == direct.observation_space.shape
     assert back.max_episode_steps == direct.max_episode_steps and exported.num_actions == direct.act_dim
     gen = torch.Generator().manual_seed(0)
