@@ -67,7 +67,10 @@ def test_config_errors_exit_2_with_the_message(capsys: pytest.CaptureFixture[str
 def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help-config"]) == 0
     out = capsys.readouterr().out
-    assert "agent.utd_ratio = None\n    Gradient updates per collected env transition" in out
+    assert "agent.utd_ratio = null\n    Gradient updates per collected env transition" in out
+    # spelled as an override or a YAML file takes it: what a user copies works
+    assert "\nrun_dir = null\n" in out and "\neval_video = false\n" in out and "\ntrainer = async\n" in out
+    assert "\nagent.sac.hidden_sizes = [256, 256]\n" in out and "\nenv.kwargs = {}\n" in out
 
 
 def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -190,8 +193,13 @@ def test_collector_settings_for_a_sync_trainer_are_said_to_have_no_effect(
                      "runtime.backend=process", "runtime.num_collectors=4"]) == 0
     captured = capsys.readouterr()
     assert last_json(captured.out)["env_steps"] == 300
-    assert ("note: runtime.backend=process, runtime.num_collectors=4 has no effect with trainer=sync"
+    assert ("note: runtime.backend=process, runtime.num_collectors=4 have no effect with trainer=sync"
             in captured.err)
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'more'}", *TINY,
+                     "runtime.collection_batch_size=8", "runtime.ray.num_cpus_per_collector=2",
+                     "runtime.nonfinite=drop"]) == 0
+    assert ("note: runtime.collection_batch_size=8, runtime.ray.num_cpus_per_collector=2.0 have no effect with "
+            "trainer=sync" in capsys.readouterr().err)  # every runtime key it does not read; nonfinite it does
     assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'plain'}", *TINY]) == 0
     assert "note:" not in capsys.readouterr().err
 
@@ -209,3 +217,20 @@ def test_the_summary_line_is_strict_json_with_null_for_a_loss_over_no_update(
                      "total_env_steps=99", "eval_every=99", "log_every=99"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1], parse_constant=refuse)
     assert summary["updates"] == 0 and summary["loss_critic"] is None and summary["env_steps"] == 99
+
+
+def test_torch_threads_under_the_async_trainer_and_a_run_that_never_evaluates_are_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An async run's threads take runtime.*_threads, not torch_threads; eval_every above the run's length means
+    no evaluation at all: each trains, with one line that says so.
+    """
+    args = ["train", "--config", "configs/pendulum_sac.yaml", *TINY, "trainer=async", "runtime.num_collectors=1"]
+    assert cli.main([*args, f"run_dir={tmp_path / 'a'}", "torch_threads=2", "eval_every=301"]) == 0
+    err = capsys.readouterr().err
+    assert ("[mbpo] note: torch_threads=2 has no effect on training with trainer=async: runtime.learner_threads, "
+            "runtime.model_threads and runtime.collector_threads set each thread's") in err
+    assert ("[mbpo] warning: eval_every=301 is above total_env_steps=300: this run never evaluates, so it has no "
+            "eval_return to report or plot; lower eval_every") in err
+    assert cli.main([*args, f"run_dir={tmp_path / 'b'}"]) == 0
+    err = capsys.readouterr().err
+    assert "note:" not in err and "never evaluates" not in err

@@ -77,14 +77,20 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
     try:
         # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
-        for text, _ in layers:
+        for text, source in layers:
             layer = cast(DictConfig, OmegaConf.create(text))  # a mapping: _check_yaml said so
             layer.pop(BASE_KEY, None)
-            _switch_learner(cfg, OmegaConf.select(layer, "agent.name", default=None))
-            cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
+            _check_shapes(OmegaConf.to_container(layer), Config, "", f"{source}: ")
+            try:
+                _switch_learner(cfg, OmegaConf.select(layer, "agent.name", default=None))
+                cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
+            except OmegaConfBaseException as exc:  # named with its file: a base chain hides which one
+                raise ConfigError(f"{source}: {_explain(exc)}") from None
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+            if item.split("=", 1)[1].strip() not in ("null", "~"):  # null fits any key that may be null
+                _check_shapes(OmegaConf.to_container(OmegaConf.from_dotlist([item])), Config, "", f"{item!r}: ")
         names = [item for item in overrides or [] if item.split("=", 1)[0].strip() == "agent.name"]
         if names:
             _switch_learner(cfg, OmegaConf.from_dotlist(names[-1:]).agent.name)
@@ -103,6 +109,43 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
     config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
     validate(config)
     return config
+
+
+def _check_shapes(data: Any, cls: Any, prefix: str, where: str) -> None:
+    """Each value of ``data`` (a layer or an override, as plain data) of the shape its key holds: a section or
+    a mapping, a list, or one value. OmegaConf's merge would raise a TypeError naming no key, or a message
+    about a key the user never wrote; ``where`` names the file or the override. Also refuses the string
+    ``None`` in a key that may be null (YAML's null is ``null``: ``None`` would be a dir named None).
+    """
+    if not isinstance(data, dict):
+        return
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    types = {name: f.type for name, f in fields.items()}
+    for key, value in data.items():
+        if key not in types:
+            continue  # an unknown key: the merge names it with the keys there are
+        dotted, annotation = f"{prefix}{key}", str(types[key])
+        nested = resolve_type(types[key])
+        got = "mapping" if isinstance(value, dict) else "list" if isinstance(value, list) else "value"
+        if nested is not None:
+            if value is None or got != "mapping":
+                keys = ", ".join(sorted(f.name for f in dataclasses.fields(nested)))
+                if where.startswith("'"):  # an override: the message the section=value check gives (_merged)
+                    raise ConfigError(f"{where}{dotted} is a section of keys, not a {got}; set its keys "
+                                      f"({dotted}.<key>=...): {keys}")
+                what = "empty" if value is None else f"a section of keys, not a {got} ({value!r})"
+                raise ConfigError(f"{where}{dotted} is {what}; set its keys under it ({dotted}.<key>): {keys}")
+            _check_shapes(value, nested, f"{dotted}.", where)
+            continue
+        want = "mapping" if annotation.startswith("dict[") else "list" if annotation.startswith("list[") else "value"
+        if value is not None and got != want and "mapping" in (got, want):
+            field = fields[key]
+            default = field.default_factory() if callable(field.default_factory) else field.default
+            expected = {"mapping": f"a mapping (e.g. {dotted}={{name: 1}})", "value": "one value",
+                        "list": f"a list (e.g. {dotted}={default or [256, 256]})"}[want]
+            raise ConfigError(f"{where}{dotted} holds a {got} ({value!r}); expected {expected}")
+        if value == "None" and annotation.endswith("| None"):
+            raise ConfigError(f"{where}{dotted} is the text 'None'; write null for no value (YAML's None)")
 
 
 def _switch_learner(cfg: DictConfig, name: Any) -> None:
@@ -124,9 +167,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *base``: its keys may be overridden by the mapping's own (flattened below)
             key = self.construct_object(key_node, deep=deep)
-            if key == "<<" or not isinstance(key, (str, int, float, bool)):
-                continue  # a merge key, or a key PyYAML itself refuses below
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # a key PyYAML itself refuses below
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} is given twice (first at line {seen[key] + 1})",
@@ -166,7 +211,10 @@ def _explain(exc: OmegaConfBaseException) -> str:
         known = sorted(_fields_at(parent))
         return f"unknown config key {key!r}; known keys{' under ' + parent if parent else ''}: {', '.join(known)}"
     if type(exc).__name__ == "ValidationError":
-        return f"config key {key!r}: {msg}"
+        hint = ""
+        if "could not be converted to Integer" in msg and "type 'float'" in msg:
+            hint = " (write a whole number as digits: 1000000, not 1e6)"
+        return f"config key {key!r}: {msg}{hint}"
     return f"config error at {key!r}: {msg}" if key else f"config error: {msg}"
 
 

@@ -446,7 +446,8 @@ class Config:
     progress: bool = True
     """Show a tqdm progress bar."""
     torch_threads: int = 1
-    """torch intra-op threads of the learner; RL-sized nets run fastest on 1-2, more only contend."""
+    """torch intra-op threads of trainer=sync's loop (trainer=async: runtime.learner_threads, model_threads and
+    collector_threads); RL-sized nets run fastest on 1-2, more only contend."""
     trainer: str = "async"
     """async (collector threads, model thread and learner overlap) or sync (the reference loop)."""
     debug: bool = False
@@ -495,7 +496,9 @@ def resolve_type(t: Any) -> Any:
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """``(dotted key, default, docstring)`` for every leaf field, read from the schema's source."""
+    """``(dotted key, default as an override spells it, docstring)`` for every leaf field, read from the schema's
+    source.
+    """
     docs = _field_docstrings(cls)
     out: list[tuple[str, str, str]] = []
     instance = cls()
@@ -504,8 +507,23 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
         if nested is not None:
             out += describe(nested, f"{prefix}{f.name}.")
         else:
-            out.append((f"{prefix}{f.name}", repr(getattr(instance, f.name)), docs.get(f.name, "")))
+            out.append((f"{prefix}{f.name}", as_override(getattr(instance, f.name)), docs.get(f.name, "")))
     return out
+
+
+def as_override(value: Any) -> str:
+    """``value`` as an override or a YAML file spells it (``null``, ``false``, ``[256, 256]``), not as Python's
+    repr: what ``--help-config`` shows is what a user copies.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(as_override(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {as_override(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _field_docstrings(cls: type) -> dict[str, str]:

@@ -6,10 +6,12 @@ May use: everything below the face (runtime, run records, model-based, learners,
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 from mbpo.config import Config, RuntimeConfig
+from mbpo.config.schema import as_override
 from mbpo.trainers.async_trainer import AsyncTrainer
 from mbpo.trainers.base import Trainer
 from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
@@ -59,11 +61,30 @@ def raise_learning_starts_for_n_step(config: Config) -> None:
 
 
 def note_settings_without_effect(config: Config) -> None:
-    """Say so in one line where a new sync run sets collector keys: it steps its one env in its own loop."""
+    """Say so in one line where a new run sets keys its trainer does not read: a sync run steps its one env in
+    its own loop (of runtime.*, it reads nonfinite alone); an async run's threads take their torch threads from
+    runtime.*_threads, not torch_threads.
+    """
     if config.trainer == "sync":
-        default = RuntimeConfig()
-        unused = [f"runtime.{key}={getattr(config.runtime, key)}" for key in ("backend", "num_collectors")
-                  if getattr(config.runtime, key) != getattr(default, key)]
+        unused = [f"{key}={as_override(value)}" for key, value in _changed(config.runtime, RuntimeConfig(), "runtime.")
+                  if key != "runtime.nonfinite"]
         if unused:
-            print(f"[mbpo] note: {', '.join(unused)} has no effect with trainer=sync (one env, stepped by the "
+            verb = "has" if len(unused) == 1 else "have"
+            print(f"[mbpo] note: {', '.join(unused)} {verb} no effect with trainer=sync (one env, stepped by the "
                   "trainer's own loop); trainer=async runs collectors", file=sys.stderr)
+    elif config.torch_threads != Config().torch_threads:
+        print(f"[mbpo] note: torch_threads={config.torch_threads} has no effect on training with trainer=async: "
+              "runtime.learner_threads, runtime.model_threads and runtime.collector_threads set each thread's",
+              file=sys.stderr)
+
+
+def _changed(section: object, default: object, prefix: str) -> list[tuple[str, object]]:
+    """``(dotted key, value)`` of each leaf of the config ``section`` that differs from ``default``."""
+    changed: list[tuple[str, object]] = []
+    for f in dataclasses.fields(section):  # type: ignore[arg-type]
+        value, was = getattr(section, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(value):
+            changed += _changed(value, was, f"{prefix}{f.name}.")
+        elif value != was:
+            changed.append((f"{prefix}{f.name}", value))
+    return changed

@@ -120,6 +120,10 @@ class Trainer:
             print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
                   f"{config.agent.learning_starts}: this run takes random actions only and trains nothing; raise "
                   "total_env_steps or lower agent.learning_starts", file=sys.stderr)
+        if config.eval_every > config.total_env_steps:
+            print(f"[mbpo] warning: eval_every={config.eval_every:,} is above total_env_steps="
+                  f"{config.total_env_steps:,}: this run never evaluates, so it has no eval_return to report or "
+                  "plot; lower eval_every", file=sys.stderr)
         self.env = self._make_env()
         try:
             check_interface(self.env, config.env)  # before anything reads its device, spaces or reset

@@ -38,7 +38,8 @@ def test_example_configs_load_and_build_their_env(path: Path) -> None:
                                       r"run's seed$"),
     (["env.kwargs.dim=3"], r"^env.kwargs=\{'dim': 3\} is for env.factory \(keyword arguments of its callable\), "
                            r"which is not set"),
-    ([*FACTORY, "env.kwargs=3"], r"^config key 'env.kwargs': Cannot assign int"),
+    ([*FACTORY, "env.kwargs=3"], r"^'env.kwargs=3': env.kwargs holds a value \(3\); expected a mapping \(e.g. "
+                                 r"env.kwargs=\{name: 1\}\)$"),
 ])
 def test_the_env_is_named_one_way(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

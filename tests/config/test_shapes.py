@@ -1,0 +1,76 @@
+"""A value of the wrong shape (a list for a section, a mapping for a list), the text ``None`` for null, YAML merge
+keys, and errors that name the file they come from: each mistake is one ConfigError naming the key and what it
+should hold, never OmegaConf's TypeError or a message about a key the user never wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mbpo.config import ConfigError, load_config
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("agent.sac.hidden_sizes.0=32", "'agent.sac.hidden_sizes.0=32': agent.sac.hidden_sizes holds a mapping "
+                                    "({'0': 32}); expected a list (e.g. agent.sac.hidden_sizes=[256, 256])"),
+    ("agent.sac.hidden_sizes[0]=32", "'agent.sac.hidden_sizes[0]=32': agent.sac.hidden_sizes holds a mapping "
+                                     "({'0': 32}); expected a list (e.g. agent.sac.hidden_sizes=[256, 256])"),
+    ("model.rollout_schedule={}", "'model.rollout_schedule={}': model.rollout_schedule holds a mapping ({}); "
+                                  "expected a list (e.g. model.rollout_schedule=[20, 100, 1, 1])"),
+    ("env.kwargs=[1,2]", "'env.kwargs=[1,2]': env.kwargs holds a list ([1, 2]); expected a mapping (e.g. "
+                         "env.kwargs={name: 1})"),
+    ("agent.batch_size={a: 1}", "'agent.batch_size={a: 1}': agent.batch_size holds a mapping ({'a': 1}); expected "
+                                "one value"),
+    ("checkpoint=[5]", "'checkpoint=[5]': checkpoint is a section of keys, not a list; set its keys "
+                       "(checkpoint.<key>=...): every, keep"),
+    ("run_dir=None", "'run_dir=None': run_dir is the text 'None'; write null for no value (YAML's None)"),
+    ("agent.utd_ratio=None", "'agent.utd_ratio=None': agent.utd_ratio is the text 'None'; write null for no value "
+                             "(YAML's None)"),
+])
+def test_an_override_of_the_wrong_shape_is_one_error_naming_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [override])
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("env: CartPole-v1\n", "env is a section of keys, not a value ('CartPole-v1'); set its keys under it "
+                           "(env.<key>): device, factory, id, kwargs, num_envs, source"),
+    ("agent:\n- batch_size: 64\n", "agent is a section of keys, not a list ([{'batch_size': 64}]); set its keys "
+                                   "under it (agent.<key>): batch_size, buffer_size, compile, dqn, learning_starts, "
+                                   "n_step, name, obs_norm, sac, updates_per_vector_step, utd_ratio"),
+    ("checkpoint:\n", "checkpoint is empty; set its keys under it (checkpoint.<key>): every, keep"),
+    ("env:\n  kwargs: [1, 2]\n", "env.kwargs holds a list ([1, 2]); expected a mapping (e.g. env.kwargs={name: 1})"),
+    ("run_dir: None\n", "run_dir is the text 'None'; write null for no value (YAML's None)"),
+    ("total_env_steps: 1e6\n", "config key 'total_env_steps': Value '1000000.0' of type 'float' could not be "
+                               "converted to Integer (write a whole number as digits: 1000000, not 1e6)"),
+])
+def test_a_file_of_the_wrong_shape_is_one_error_naming_the_file_and_the_key(
+        text: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: {message}"
+
+
+def test_an_unknown_key_names_the_file_of_a_base_chain_it_is_in(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("agent:\n  sac:\n    lr: 0.1\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nseed: 3\n")
+    with pytest.raises(ConfigError, match=r"^\S*base\.yaml: unknown config key 'agent\.sac\.lr'; known keys under "
+                                          r"agent\.sac: actor_lr, "):
+        load_config(tmp_path / "child.yaml")
+
+
+def test_yaml_merge_keys_merge_and_the_mappings_own_keys_win(tmp_path: Path) -> None:
+    path = tmp_path / "merged.yaml"
+    path.write_text("agent:\n  sac:\n    <<: {actor_lr: 0.001, critic_lr: 0.002}\n    critic_lr: 0.003\n")
+    config = load_config(path)
+    assert (config.agent.sac.actor_lr, config.agent.sac.critic_lr) == (0.001, 0.003)
+    path.write_text("agent:\n  sac:\n    actor_lr: 0.001\n    actor_lr: 0.002\n")  # a repeat is still refused
+    with pytest.raises(ConfigError, match="the key 'actor_lr' is given twice"):
+        load_config(path)
