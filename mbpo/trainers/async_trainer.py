@@ -185,6 +185,7 @@ class AsyncTrainer(Trainer):
         try:
             logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
                                              resume_at=self.env_steps or None)
+            self._forget_logged_metrics(logger)
         except BaseException:
             self.close()
             raise

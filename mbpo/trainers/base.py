@@ -350,6 +350,15 @@ class Trainer:
     def eval_seed(self) -> int:
         return self.seed("eval", self.env_steps)
 
+    def _forget_logged_metrics(self, logger: MetricsLogger) -> None:
+        """A resumed run whose metrics.csv holds a row at the checkpoint's env step: that row logged the update
+        metrics the checkpoint holds (the async trainer's final checkpoint is written before its last row), so
+        the first row after the resume starts their means afresh instead of counting those updates twice.
+        """
+        rows = getattr(logger, "rows", None)  # a caller's own logger may keep none
+        if self.env_steps and rows and int(rows[-1]["env_steps"]) == self.env_steps:
+            self.agent.pop_metrics()
+
     def _row(self, timing: dict[str, float], evaluated: bool) -> dict[str, Any]:
         """A metrics row; ``timing`` is :meth:`Throughput.row`'s (``wall_s`` and the rates)."""
         rates = {k: v for k, v in timing.items() if k != "wall_s"}

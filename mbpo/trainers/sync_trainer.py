@@ -78,6 +78,7 @@ class SyncTrainer(Trainer):
         try:
             logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
                                              resume_at=self.env_steps or None)  # a resumed run keeps its rows
+            self._forget_logged_metrics(logger)
             with StopOnSignals(stop, lambda: "after the step in progress; " + self.stopping()) as signals:
                 try:
                     row = self._run(logger, stop)
