@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 __all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "UnknownEnvError",
-           "RenderError", "check_actions", "check_num_envs", "random_actions", "resolve_env_ids", "available_memory"]
+           "UnsupportedSpaceError", "RenderError", "check_actions", "check_num_envs", "random_actions",
+           "resolve_env_ids", "available_memory"]
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -56,6 +57,12 @@ class UnknownEnvError(KeyError):
 
 class MissingExtraError(ImportError):
     """An env needs an optional dependency (a pip extra) that is not installed; the message names the extra."""
+
+
+class UnsupportedSpaceError(TypeError):
+    """An env's observation or action space is one the VecEnv contract cannot express (a Discrete observation,
+    a Dict, a MultiDiscrete action); the message says how to bring it to one it can.
+    """
 
 
 class EnvTooLargeError(MemoryError):

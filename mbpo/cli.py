@@ -419,7 +419,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     import envs
 
     return (MbpoError, envs.UnknownEnvError, envs.DeviceUnavailableError, envs.MissingExtraError,
-            envs.EnvTooLargeError)
+            envs.EnvTooLargeError, envs.UnsupportedSpaceError)
 
 
 def quiet_torchrl() -> None:

@@ -267,3 +267,39 @@ def test_a_repeated_yaml_key_a_bad_device_a_section_set_to_a_value_and_mistyped_
     line = error_line(capsys, "plot", str(tmp_path / "no_such_run"))
     assert line == (f"error: {tmp_path / 'no_such_run'} is not a directory; expected run dirs written by "
                     "`python -m mbpo train`")
+
+
+def _needs_a_package() -> None:
+    import gymnasium as gym
+
+    raise gym.error.DependencyNotInstalled('Box2D is not installed, run `pip install "gymnasium[box2d]"`')
+
+
+@pytest.mark.parametrize("command", ["train", "rollout"])
+@pytest.mark.parametrize(("env_id", "expected"), [
+    ("FrozenLake-v1", "error: only 1-D Box observation spaces are supported, got Discrete(16); flatten it first: an "
+                      "env.factory of your own returning gymnasium.make_vec("),
+    ("MbpoTest/NeedsPackage-v0", "error: MbpoTest/NeedsPackage-v0 needs a package that is not installed here: Box2D "
+                                 "is not installed, run `pip install \"gymnasium[box2d]\"`"),
+])
+def test_a_gymnasium_id_that_cannot_be_used_here_is_one_line(
+        command: str, env_id: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A registered id whose observation is no 1-D Box, or whose package is missing, is the user's to fix: one
+    line naming what to do, in train and rollout alike, not gymnasium's traceback.
+    """
+    import gymnasium as gym
+
+    from mbpo import cli
+
+    registered = env_id not in gym.registry
+    if registered:
+        gym.register(env_id, entry_point=f"{__name__}:_needs_a_package")
+    args = (["train", f"env.id={env_id}", "agent.name=dqn", *FAST, f"run_dir={tmp_path / 'r'}"] if command == "train"
+            else ["rollout", "--env", env_id, "--device", "cpu", "--steps", "4"])
+    try:
+        assert cli.main(args) == 2
+    finally:
+        if registered:
+            del gym.registry[env_id]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith(expected), lines

@@ -39,7 +39,16 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from envs.base import RenderError, StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
+from envs.base import (
+    MissingExtraError,
+    RenderError,
+    StepResult,
+    UnsupportedSpaceError,
+    VecEnv,
+    check_actions,
+    check_num_envs,
+    resolve_env_ids,
+)
 from envs.device import resolve_device
 from envs.offscreen import headless_gl
 
@@ -104,13 +113,17 @@ class GymnasiumVecEnv(VecEnv):
             )
         if env_kwargs.get("render_mode") == "rgb_array":
             headless_gl()  # before make_vec: async sub-envs inherit the environment of their spawn
-        vector_env = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=vectorization_mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
-            **env_kwargs,
-        )
+        try:
+            vector_env = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode=vectorization_mode,
+                vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+                **env_kwargs,
+            )
+        except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as exc:  # registered, but its package is not
+            raise MissingExtraError(f"{env_id} needs a package that is not installed here: "
+                                    f"{str(exc).strip().splitlines()[0]}") from exc
         try:
             return cls(vector_env, device=device, seed=seed, validate_actions=validate_actions)
         except Exception:
@@ -242,9 +255,11 @@ def _autoreset_mode(vector_env: gym.vector.VectorEnv) -> AutoresetMode:
 def _observation_space(space: gym.spaces.Space) -> gym.spaces.Box:
     """The single-env observation space as a float32 Box, since obs are handed out as float32."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise TypeError(
-            f"only 1-D Box observation spaces are supported, got {space}; "
-            "flatten it first (e.g. gymnasium.wrappers.FlattenObservation via make_vec's wrappers=)"
+        raise UnsupportedSpaceError(
+            f"only 1-D Box observation spaces are supported, got {space}; flatten it first: an env.factory of your "
+            "own returning gymnasium.make_vec(id, num_envs, vectorization_mode='sync', vector_kwargs={'autoreset_mode':"
+            " AutoresetMode.SAME_STEP}, wrappers=[gymnasium.wrappers.FlattenObservation]) (a Discrete observation "
+            "becomes one-hot; docs/envs.md)"
         )
     if space.dtype == np.float32:
         return space
@@ -258,7 +273,7 @@ def _action_space(space: gym.spaces.Space) -> gym.spaces.Space:
         return space
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
         return space
-    raise TypeError(
+    raise UnsupportedSpaceError(
         f"only 1-D Box (continuous) or Discrete action spaces are supported, got {space}"
     )
 
