@@ -182,10 +182,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise MbpoError(f"--episodes {args.episodes} is not allowed; expected at least 1 (one env per episode)")
+    if not args.checkpoint.strip():
+        raise MbpoError("--checkpoint is empty; expected the path of a ckpt_*.pt file")
     video = None if args.video is None else check_video_path(args.video)  # before anything is loaded or built
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
-    device = DevicePlan.resolve(args.device or config.device).device
+    try:
+        device = DevicePlan.resolve(args.device or config.device).device
+    except envs.DeviceUnavailableError as exc:
+        if args.device is not None:
+            raise
+        raise MbpoError(f"the checkpoint's run trained with device={config.device!r}, which this machine does not "
+                        f"have ({exc}); evaluate it here with --device cpu") from None
     # the run's env id or factory, as it trained
     try:
         env = build_env(config.env, args.episodes, device, args.seed, render=video is not None)
@@ -195,7 +203,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         f"more than {device} has memory for; lower --episodes{fits}") from None
     env, _ = check_env(env, config.env, args.seed)  # evaluate() reseeds it
     agent = make_agent(acting_config(config.agent), env.observation_space, env.action_space, device, config.seed)
-    agent.load_state_dict(state["agent"])
+    try:
+        agent.load_state_dict(state["agent"])
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:  # weights of another shape or learner, keys lost
+        env.close()
+        what = f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError) else str(exc).strip().splitlines()[0]
+        raise MbpoError(f"{args.checkpoint}: its agent does not fit the {config.agent.name} learner on {config.env.id} "
+                        f"that its own config builds ({what}); expected a checkpoint `python -m mbpo train` wrote, "
+                        "unchanged") from None
     out: dict[str, Any] = {}
     if video is None:
         returns = evaluate(agent, env, args.seed)
@@ -266,8 +281,16 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         if value < 1:
             raise MbpoError(f"{flag} {value} is not allowed; expected at least 1")
     quiet_torchrl()
+    import envs
+
     print("[mbpo] random-policy rollout: measures env throughput, does not train", file=sys.stderr)
-    print(json.dumps(rollout(args.env, args.num_envs, args.steps, args.device, args.seed)))
+    try:
+        result = rollout(args.env, args.num_envs, args.steps, args.device, args.seed)
+    except envs.EnvTooLargeError as exc:  # its advice names env.num_envs; here --num-envs sets the envs
+        fits = f" to at most {exc.fits:,}" if exc.fits else ""
+        raise MbpoError(f"--num-envs {args.num_envs:,} {args.env} envs are more than {args.device} has memory for; "
+                        f"lower --num-envs{fits}") from None
+    print(json.dumps(result))
     return 0
 
 
@@ -276,6 +299,17 @@ def _device(value: str) -> str:
     if not DEVICE_PATTERN.match(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a device; expected auto, cpu, cuda or cuda:N")
     return value
+
+
+def _seed(value: str) -> int:
+    """``--seed``, in the range the config's ``seed`` takes (argparse reports a bad one in one line, exit 2)."""
+    try:
+        seed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer; expected one in [0, 2**64 - 1]") from None
+    if not 0 <= seed <= 2**64 - 1:
+        raise argparse.ArgumentTypeError(f"{seed} is out of range; expected an integer in [0, 2**64 - 1]")
+    return seed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", required=True, help="path to a ckpt_*.pt file")
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--device", default=None, type=_device, help="auto, cpu, cuda or cuda:N (default: the run's)")
-    ev.add_argument("--seed", type=int, default=12345)
+    ev.add_argument("--seed", type=_seed, default=12345)
     ev.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     ev.add_argument("--video", default=None, metavar="PATH",
                     help="also write the episodes as a video, MP4 or GIF by the extension, side by side in a grid "
@@ -320,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--num-envs", type=int, default=4096, help="envs stepped together (default: 4096)")
     ro.add_argument("--steps", type=int, default=1000, help="vector steps (default: 1000)")
     ro.add_argument("--device", default="auto", type=_device, help="auto, cpu, cuda or cuda:N (default: auto)")
-    ro.add_argument("--seed", type=int, default=0)
+    ro.add_argument("--seed", type=_seed, default=0)
     ro.set_defaults(fn=cmd_rollout)
     return parser
 

@@ -213,6 +213,70 @@ def test_what_is_not_a_checkpoint_is_named_as_such(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert f"error: {tmp_path / 'notes.json'} is not a checkpoint: not a file torch.save writes" in err
     assert "weights_only" not in err
+    (tmp_path / "empty").mkdir()
+    for path, line in ((str(tmp_path / "empty"), f"error: {tmp_path / 'empty'} is a directory holding no checkpoint; "
+                                                 "expected a checkpoint file (ckpt_*.pt)"),
+                       ("", "error: --checkpoint is empty; expected the path of a ckpt_*.pt file")):
+        assert cli.main(["eval", "--checkpoint", path]) == 2
+        assert [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")] == [line]
+
+
+def test_a_checkpoint_whose_weights_or_device_do_not_fit_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint edited by hand (its env, its agent's entries) or trained on a GPU this machine lacks: eval says
+    what does not fit and, for the device, what to pass.
+    """
+    from mbpo import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/cartpole_dqn.yaml", f"run_dir={run}", *FAST,
+                     "agent.dqn.hidden_sizes=[16,16]"]) == 0
+    state = torch.load(run / "checkpoints/ckpt_000000000064.pt", weights_only=True)
+    capsys.readouterr()
+    cases = {
+        "other_env": ({**state, "config": state["config"].replace("CartPole-v1", "Acrobot-v1")},
+                      "its agent does not fit the dqn learner on Acrobot-v1 that its own config builds (Error(s) in "
+                      "loading state_dict"),
+        "no_target": ({**state, "agent": {k: v for k, v in state["agent"].items() if k != "target_updater"}},
+                      "its agent does not fit the dqn learner on CartPole-v1 that its own config builds (no "
+                      "'target_updater' entry)"),
+    }
+    if not torch.cuda.is_available():
+        cases["gpu_run"] = ({**state, "config": state["config"].replace("device: cpu", "device: cuda")},
+                            "the checkpoint's run trained with device='cuda', which this machine does not have")
+    for name, (edited, expected) in cases.items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(edited, path)
+        assert cli.main(["eval", "--checkpoint", str(path), "--episodes", "1"]) == 2, name
+        lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")]
+        assert len(lines) == 1 and expected in lines[0], (name, lines)
+    if "gpu_run" in cases:
+        assert lines[0].endswith("evaluate it here with --device cpu")
+        assert cli.main(["eval", "--checkpoint", str(tmp_path / "gpu_run.pt"), "--episodes", "1", "--device",
+                         "cpu"]) == 0
+
+
+@pytest.mark.parametrize("command", [["eval", "--checkpoint", "x.pt"], ["rollout"]])
+@pytest.mark.parametrize(("seed", "expected"), [("-5", "-5 is out of range; expected an integer in [0, 2**64 - 1]"),
+                                                (str(2**64), f"{2**64} is out of range; expected an integer in [0, "
+                                                             "2**64 - 1]"),
+                                                ("x", "'x' is not an integer; expected one in [0, 2**64 - 1]")])
+def test_a_seed_no_generator_takes_is_refused_by_eval_and_rollout(
+        command: list[str], seed: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    with pytest.raises(SystemExit) as caught:
+        cli.main([*command, "--seed", seed])
+    assert caught.value.code == 2 and f"argument --seed: {expected}" in capsys.readouterr().err
+
+
+def test_rollout_names_its_own_option_for_too_many_envs(capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    assert cli.main(["rollout", "--env", "CartPole-v1", "--num-envs", str(10**14), "--device", "cpu"]) == 2
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error: ")][-1]
+    assert line.startswith("error: --num-envs 100,000,000,000,000 CartPole-v1 envs are more than cpu has memory for; "
+                           "lower --num-envs to at most ") and "env.num_envs" not in line
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--num-envs", "0"), ("--steps", "-1")])

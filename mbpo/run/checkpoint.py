@@ -115,8 +115,10 @@ def read_file(path: str | Path, map_location: str | torch.device = "cpu", trust:
     path = Path(path)
     if path.is_dir():
         found = list_checkpoints(path / CHECKPOINTS_DIR) or list_checkpoints(path)
-        newest = f"; its newest checkpoint is {found[-1]}" if found else " holding no checkpoint"
-        raise CheckpointError(f"{path} is a directory (a run dir?); expected a checkpoint file{newest}")
+        if found:
+            raise CheckpointError(f"{path} is a directory (a run dir?); expected a checkpoint file; its newest "
+                                  f"checkpoint is {found[-1]}")
+        raise CheckpointError(f"{path} is a directory holding no checkpoint; expected a checkpoint file (ckpt_*.pt)")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (or is not a file)")
     if trust:
