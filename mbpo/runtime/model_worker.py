@@ -50,8 +50,19 @@ class ModelWorker(ThreadWorker):
         """Set while a checkpoint is due: no new cycle starts until it is written and clears this."""
         self.policy_version = 0
         """Published weight version the last rollouts acted with."""
-        self.busy_s = 0.0
+        self._busy_lock = threading.Lock()
+        self._done_s = 0.0
+        self._cycle_started: float | None = None
         self.lane = Lane(model.device)
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds spent in train + rollout cycles so far, the running one's included: a row's ``model_busy``
+        counts a fit that spans rows in each row it spans (never more than the row's seconds).
+        """
+        with self._busy_lock:
+            running = 0.0 if self._cycle_started is None else time.perf_counter() - self._cycle_started
+            return self._done_s + running
 
     def _work(self) -> None:
         with self.lane.active():
@@ -64,34 +75,39 @@ class ModelWorker(ThreadWorker):
 
     def _cycle(self, fit: bool = True) -> None:
         """Fit on every real transition so far, then roll out; ``fit=False``: the rollouts of the last fit only."""
-        start = time.perf_counter()
-        with self.cycle_lock:
-            try:
-                with self.real_lock:
-                    self.lane.wait_default()  # the learner's writes to the replay buffer come first
-                    env_steps = self.gate.ingested if fit else self.model.last_train_env_steps
-                    data = self.real[: len(self.real)].clone()
-                    fresh = self.model.fresh_rows(self.real)
-                    starts = self.model.start_rows(self.real)
-                    self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
-                if fit and data.shape[0] < 2:
-                    self.gate.add(trainings=1)
-                    return
-                covered = self.gate.trainings_covered(env_steps) if fit else 0
-                if fit:
-                    self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
-                if self.stop.is_set():  # a stopping run needs no rollouts: its resume makes them first (after
-                    return  # fitting again if this fit was cut short: ModelBased.fit_pending)
-                latest = self.weights.latest()
-                if latest is not None and latest.version != self.policy_version:
-                    self.rollout_agent.load_snapshot(latest.snapshot)
-                    self.policy_version = latest.version
-                # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
-                # publish buffer_ready for the learner's next sample.
-                self.model.rollout(data, env_steps, self.rollout_agent, starts)
-            finally:
-                self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
-        self.busy_s += time.perf_counter() - start
+        with self._busy_lock:
+            self._cycle_started = start = time.perf_counter()
+        try:
+            with self.cycle_lock:
+                try:
+                    with self.real_lock:
+                        self.lane.wait_default()  # the learner's writes to the replay buffer come first
+                        env_steps = self.gate.ingested if fit else self.model.last_train_env_steps
+                        data = self.real[: len(self.real)].clone()
+                        fresh = self.model.fresh_rows(self.real)
+                        starts = self.model.start_rows(self.real)
+                        self.lane.synchronize()  # copied before the learner may overwrite rows (full ring)
+                    if fit and data.shape[0] < 2:
+                        self.gate.add(trainings=1)
+                        return
+                    covered = self.gate.trainings_covered(env_steps) if fit else 0
+                    if fit:
+                        self.model.train(data, env_steps, should_stop=self.stop.is_set, fresh=fresh)
+                    if self.stop.is_set():  # a stopping run needs no rollouts: its resume makes them first (after
+                        return  # fitting again if this fit was cut short: ModelBased.fit_pending)
+                    latest = self.weights.latest()
+                    if latest is not None and latest.version != self.policy_version:
+                        self.rollout_agent.load_snapshot(latest.snapshot)
+                        self.policy_version = latest.version
+                    # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
+                    # publish buffer_ready for the learner's next sample.
+                    self.model.rollout(data, env_steps, self.rollout_agent, starts)
+                finally:
+                    self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
+        finally:  # a cycle that returns early or raises counts its seconds too, and none after it
+            with self._busy_lock:
+                self._done_s += time.perf_counter() - start
+                self._cycle_started = None
         if fit:
             self.model.trainings_folded += covered - 1
             self.gate.add(trainings=covered)
