@@ -84,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
                   f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
             with stop_on_signals(lambda: "during start-up: once the trainer is built") as early:
-                trainer = make_trainer(config, run_dir)  # Ctrl-C here is held off until then: library code
+                trainer = make_trainer(config, run_dir, args.overrides)  # Ctrl-C is held off until then: library code
                 if early.signum is not None:  # cut by KeyboardInterrupt can fail another way (omegaconf's does)
                     trainer.close()
                     raise Interrupted(early.signum)

@@ -219,14 +219,16 @@ def test_the_summary_line_is_strict_json_with_null_for_a_loss_over_no_update(
     assert summary["updates"] == 0 and summary["loss_critic"] is None and summary["env_steps"] == 99
 
 
-def test_torch_threads_under_the_async_trainer_and_a_run_that_never_evaluates_are_said(
+def test_torch_threads_under_async_a_key_of_a_part_left_off_and_a_run_that_never_evaluates_are_said(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An async run's threads take runtime.*_threads, not torch_threads; eval_every above the run's length means
     no evaluation at all: each trains, with one line that says so.
     """
     args = ["train", "--config", "configs/pendulum_sac.yaml", *TINY, "trainer=async", "runtime.num_collectors=1"]
-    assert cli.main([*args, f"run_dir={tmp_path / 'a'}", "torch_threads=2", "eval_every=301"]) == 0
+    assert cli.main([*args, f"run_dir={tmp_path / 'a'}", "torch_threads=2", "eval_every=301",
+                     "model.real_ratio=0.5"]) == 0
     err = capsys.readouterr().err
+    assert "[mbpo] note: model.real_ratio=0.5 has no effect with model.enabled=false" in err
     assert ("[mbpo] note: torch_threads=2 has no effect on training with trainer=async: runtime.learner_threads, "
             "runtime.model_threads and runtime.collector_threads set each thread's") in err
     assert ("[mbpo] warning: eval_every=301 is above total_env_steps=300: this run never evaluates, so it has no "

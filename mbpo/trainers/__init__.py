@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mbpo.config import Config, RuntimeConfig
 from mbpo.config.schema import as_override
+from mbpo.config.unread import unread_overrides
 from mbpo.trainers.async_trainer import AsyncTrainer
 from mbpo.trainers.base import Trainer
 from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
@@ -36,10 +37,12 @@ def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trus
     return trainer_class(point.config).resume(run_dir, overrides, trust, point=point)
 
 
-def make_trainer(config: Config, run_dir: str | Path) -> Trainer:
-    """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`)."""
+def make_trainer(config: Config, run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
+    """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`); ``overrides``:
+    the command line's, for the note on those its config leaves unread.
+    """
     raise_learning_starts_for_n_step(config)
-    note_settings_without_effect(config)
+    note_settings_without_effect(config, overrides or [])
     return trainer_class(config)(config, run_dir)
 
 
@@ -60,11 +63,14 @@ def raise_learning_starts_for_n_step(config: Config) -> None:
         config.agent.learning_starts = needed
 
 
-def note_settings_without_effect(config: Config) -> None:
+def note_settings_without_effect(config: Config, overrides: list[str]) -> None:
     """Say so in one line where a new run sets keys its trainer does not read: a sync run steps its one env in
     its own loop (of runtime.*, it reads nonfinite alone); an async run's threads take their torch threads from
-    runtime.*_threads, not torch_threads.
+    runtime.*_threads, not torch_threads; and the command line's keys of a part that is off (mbpo.config.unread).
     """
+    for reason, items in unread_overrides(config, overrides).items():
+        verb = "has" if len(items) == 1 else "have"
+        print(f"[mbpo] note: {', '.join(items)} {verb} no effect with {reason}", file=sys.stderr)
     if config.trainer == "sync":
         unused = [f"{key}={as_override(value)}" for key, value in _changed(config.runtime, RuntimeConfig(), "runtime.")
                   if key != "runtime.nonfinite"]
