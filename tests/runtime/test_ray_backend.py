@@ -110,6 +110,27 @@ def test_without_ray_installed_the_run_stops_with_the_command_that_fixes_it(
         AsyncTrainer(cfg, cfg.run_dir)
 
 
+def test_a_cluster_that_is_not_there_is_one_line_naming_the_key_and_how_to_start_one(
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's own message names its --address flag; the run's names runtime.ray.address and `ray start`."""
+    from mbpo.errors import MbpoError
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+    def no_cluster(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by "
+                              "setting `--address` flag or `RAY_ADDRESS` environment variable.")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = tiny_config("runtime.backend=ray", "runtime.ray.address=auto")
+    with pytest.raises(MbpoError) as caught:
+        AsyncTrainer(cfg, cfg.run_dir)
+    assert str(caught.value).startswith("runtime.ray.address=auto: no running Ray was found (RAY_ADDRESS unset, none "
+                                        "started on this machine); start one first (`ray start --head` here")
+
+
 def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     """Its processes also block SIGINT and SIGTERM: a signal to the run's process group (Ctrl-C, a scheduler's

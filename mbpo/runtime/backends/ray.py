@@ -273,7 +273,17 @@ class RayBackend:
             self._cluster_mode = start_private_ray(self.ray, num_cpus)
             self.started_ray = True
         else:
-            self.ray.init(address=c.address, configure_logging=False, log_to_driver=True)
+            try:
+                self.ray.init(address=c.address, configure_logging=False, log_to_driver=True)
+            except ConnectionError as exc:  # Ray's advice names its own --address flag, not this key
+                env_address = os.environ.get("RAY_ADDRESS")
+                found = f"at RAY_ADDRESS={env_address}" if env_address else "(RAY_ADDRESS unset, none started on " \
+                    "this machine)"
+                where = f"no running Ray was found {found}" if c.address == "auto" else \
+                    f"no Ray answered at {c.address!r}"
+                raise MbpoError(f"runtime.ray.address={c.address}: {where}; start one first (`ray start --head` "
+                                "here, `ray start --address=HEAD:6379` on the others), or leave runtime.ray.address "
+                                f"unset for a private local Ray ({str(exc).splitlines()[0][:160]})") from None
         print(f"[mbpo] ray: {'started a private local Ray' if self.started_ray else 'joined ' + str(c.address)} "
               f"({self.ray.cluster_resources().get('CPU', 0):g} CPUs, "
               f"{len(self.ray.nodes())} node{'s' if len(self.ray.nodes()) != 1 else ''})", file=sys.stderr)
