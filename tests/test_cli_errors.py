@@ -367,3 +367,29 @@ def test_a_gymnasium_id_that_cannot_be_used_here_is_one_line(
             del gym.registry[env_id]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and lines[0].startswith(expected), lines
+
+
+@pytest.mark.reliability
+def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_how_to_go_on(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at a periodic checkpoint ends the run, on every trainer and backend, with one line naming the
+    file, the OS's reason and the resume that goes on from the newest checkpoint (not three chained tracebacks).
+    """
+    from mbpo import cli
+    from mbpo.run import checkpoint as ckpt
+    from tests.conftest import TRAINER_RUNS
+
+    def disk_full(obj: object, f: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.torch, "save", disk_full)
+    run = tmp_path / "r"
+    code = cli.main(["train", *FAST, "total_env_steps=128", "checkpoint.every=64", "eval_every=64", "log_every=64",
+                     "runtime.num_collectors=1", "runtime.collection_batch_size=16", "agent.sac.hidden_sizes=[16,16]",
+                     *TRAINER_RUNS[trainer_run], f"run_dir={run}"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and lines == [f"error: cannot write {run / 'checkpoints' / 'ckpt_000000000064.pt'} (No space "
+                                   "left on device); free space or make the dir writable, then `python -m mbpo "
+                                   f"resume {run}` goes on from the newest checkpoint"], err[-3000:]
+    assert "Traceback" not in err and not list((run / "checkpoints").glob(".ckpt*"))

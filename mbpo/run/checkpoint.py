@@ -27,6 +27,7 @@ from mbpo.errors import MbpoError
 __all__ = [
     "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps",
     "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError",
+    "CheckpointWriteError", "remove_stale_temporaries",
     "FORMAT", "CORRUPT_SUFFIX",
 ]
 
@@ -53,6 +54,10 @@ class ForeignCheckpointError(CheckpointError):
     """The checkpoint belongs to another run than the run dir it was found in."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (no space left, no permission); the older ones are intact."""
+
+
 class CorruptCheckpointError(CheckpointError):
     """The file is not a readable checkpoint (truncated, overwritten, not written by torch.save)."""
 
@@ -63,6 +68,38 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporaries of saves cut off by a kill (``.ckpt_*.pt.tmp-<pid>`` of a pid that is gone): one
+    is as large as a checkpoint, hidden, and never read. A live pid's is another process's save in progress.
+    """
+    removed = []
+    for tmp in directory.glob(f".{PREFIX}*{SUFFIX}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
+def _reason(exc: BaseException) -> str:
+    """An OS error's own words (``No space left on device``), else the exception's first line."""
+    while exc.__cause__ is not None and not isinstance(exc, OSError):
+        exc = exc.__cause__
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def checkpoint_steps(path: str | Path) -> int | None:
@@ -76,19 +113,27 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
     ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned.
     """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
     tmp = directory / f".{final.name}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(directory)
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        _fsync_dir(directory)
+    except (OSError, RuntimeError) as exc:  # a full disk, a read-only dir: the run's older checkpoints are intact
+        if isinstance(exc, RuntimeError) and "PytorchStreamWriter" not in str(exc):
+            raise  # torch.save reports a failed write of its zip file as such a RuntimeError; anything else is ours
+        raise CheckpointWriteError(f"cannot write {final} ({_reason(exc)}); free space or make the dir writable, "
+                                   f"then `python -m mbpo resume {directory.parent}` goes on from the newest "
+                                   "checkpoint") from exc
     try:
         read_file(final)
     except CheckpointError as exc:

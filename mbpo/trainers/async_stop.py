@@ -91,7 +91,7 @@ def final_checkpoint(env_steps: int, save: Callable[[], Path], announce: bool) -
     try:
         path = save()
     except Exception as exc:  # noqa: BLE001 - never mask the error that ended the run
-        print(f"[mbpo] the final checkpoint could not be written: {exc!r}", file=sys.stderr)
+        print(f"[mbpo] the final checkpoint could not be written: {exc}", file=sys.stderr)
     else:
         if announce:
             print(f"[mbpo] final checkpoint: {path}", file=sys.stderr)

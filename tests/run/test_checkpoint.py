@@ -59,8 +59,11 @@ def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(
         raise OSError("disk full (injected)")
 
     monkeypatch.setattr(ckpt.torch, "save", crash_half_way)
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(ckpt.CheckpointWriteError) as caught:
         ckpt.save_checkpoint(tmp_path, 200, state(200, w=torch.zeros(3)), keep=3)
+    assert str(caught.value) == (f"cannot write {tmp_path / 'ckpt_000000000200.pt'} (disk full (injected)); free "
+                                 f"space or make the dir writable, then `python -m mbpo resume {tmp_path.parent}` "
+                                 "goes on from the newest checkpoint")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_000000000100.pt"]  # no temp, no partial
     _, loaded = ckpt.load_latest(tmp_path)
     assert torch.equal(loaded["w"], torch.ones(3))
@@ -171,3 +174,20 @@ def test_model_buffer_checkpoint_holds_only_filled_rows_and_resumes_exactly(tmp_
         assert (buf.sample(64, g1) == again.sample(64, g2)).all()
     assert sizes[1] > sizes[0] and sizes[1] < 100_000  # the full ring would be 16 MB
 
+
+
+def test_the_temporary_of_a_save_cut_off_by_a_kill_is_removed_by_the_next_save(tmp_path: Path) -> None:
+    """SIGKILL mid-save leaves ``.ckpt_*.pt.tmp-<pid>``, as large as a checkpoint and never read: the next save
+    (the resumed run's) removes it; a live process's save in progress is left alone.
+    """
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f".ckpt_000000000200.pt.tmp-{gone.pid}"
+    live = tmp_path / f".ckpt_000000000200.pt.tmp-{os.getppid()}"
+    for tmp in (stale, live):
+        tmp.write_bytes(b"x" * 1000)
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    assert not stale.exists() and live.exists()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt"]
