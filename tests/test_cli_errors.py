@@ -393,3 +393,18 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_how_to_go_on(
                                    "left on device); free space or make the dir writable, then `python -m mbpo "
                                    f"resume {run}` goes on from the newest checkpoint"], err[-3000:]
     assert "Traceback" not in err and not list((run / "checkpoints").glob(".ckpt*"))
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_train_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    run = tmp_path / "r"
+    assert cli.main(["train", *FAST, "checkpoint.every=1000", "total_env_steps=64", f"run_dir={run}"]) == 0
+    for saved in (run / "checkpoints").glob("ckpt_*.pt"):
+        saved.unlink()  # as a SIGKILL before the first checkpoint leaves the dir
+    capsys.readouterr()
+    assert cli.main(["resume", str(run)]) == 2
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")] == [
+        f"error: {run} holds a run that stopped before its first checkpoint, so there is nothing to resume; train it "
+        f"again with run_dir=<new dir> (its config: {run / 'config.yaml'})"]

@@ -93,5 +93,6 @@ def final_checkpoint(env_steps: int, save: Callable[[], Path], announce: bool) -
     except Exception as exc:  # noqa: BLE001 - never mask the error that ended the run
         print(f"[mbpo] the final checkpoint could not be written: {exc}", file=sys.stderr)
     else:
-        if announce:
-            print(f"[mbpo] final checkpoint: {path}", file=sys.stderr)
+        if announce:  # a stop or a failure: the run is not done
+            print(f"[mbpo] final checkpoint: {path}; `python -m mbpo resume {path.parent.parent}` goes on from it",
+                  file=sys.stderr)

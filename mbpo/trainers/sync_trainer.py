@@ -151,7 +151,8 @@ class SyncTrainer(Trainer):
                 row = self._row(timing, False)
                 logger.log(row)
             self.wall_s = throughput.wall_s()
-            print(f"[mbpo] stopped at {self.env_steps:,} env steps; final checkpoint: {self.save()}", file=sys.stderr)
+            print(f"[mbpo] stopped at {self.env_steps:,} env steps; final checkpoint: {self.save()}; `python -m mbpo "
+                  f"resume {self.run_dir}` goes on from it", file=sys.stderr)
         return row
 
     def _first_reset(self) -> torch.Tensor:

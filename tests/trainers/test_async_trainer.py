@@ -516,7 +516,7 @@ def test_a_stop_after_the_last_env_step_is_finished_by_the_resume(tiny_config: C
 
 
 def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
-    tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: object, thread_baseline: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pathlib import Path
 
@@ -541,7 +541,10 @@ def test_cli_returns_130_on_ctrl_c_with_a_final_checkpoint(
     code = cli.main(["train", "--config", "configs/pendulum_sac.yaml", *only_learner(TINY), f"run_dir={run}",
                      "total_env_steps=100000"])
     assert code == 130
-    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    saved = list((run / "checkpoints").glob("ckpt_*.pt"))
+    assert saved
+    assert (f"[mbpo] final checkpoint: {max(saved)}; `python -m mbpo resume {run}` goes on from it"
+            in capsys.readouterr().err)  # what to do next
 
 
 @pytest.mark.gpu

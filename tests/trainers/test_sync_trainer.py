@@ -169,7 +169,7 @@ def test_a_resume_that_starts_new_episodes_keeps_the_cut_episodes_last_steps(tmp
                                                    ("mbpo", signal.SIGTERM, 143)],
                          ids=["sac-SIGINT", "sac-SIGTERM", "mbpo-SIGTERM"])
 def test_a_signal_stops_the_run_with_a_final_checkpoint_and_a_resume_ends_where_an_unbroken_run_does(
-    tmp_path: Path, variant: str, signum: int, code: int
+    tmp_path: Path, variant: str, signum: int, code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ctrl-C or SIGTERM between two checkpoints: the run stops after the vector step in progress, logs and
     checkpoints there (nothing trained is lost), exits 128 + signum, and a resume goes on bit-exactly.
@@ -197,6 +197,8 @@ def test_a_signal_stops_the_run_with_a_final_checkpoint_and_a_resume_ends_where_
         signal.signal(signum, previous)
     assert cut.exit_code == code and cut.env_steps == 252
     assert sorted(p.name for p in (tmp_path / "cut/checkpoints").iterdir())[-1] == "ckpt_000000000252.pt"
+    assert (f"[mbpo] stopped at 252 env steps; final checkpoint: {tmp_path / 'cut/checkpoints/ckpt_000000000252.pt'}; "
+            f"`python -m mbpo resume {tmp_path / 'cut'}` goes on from it") in capsys.readouterr().err
     rows = read_metrics(tmp_path / "cut/metrics.csv")
     assert [r["env_steps"] for r in rows] == ["100", "200", "252"]
     resumed = SyncTrainer.resume(tmp_path / "cut", [])
