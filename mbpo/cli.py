@@ -83,11 +83,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
                   f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
-            with stop_on_signals(lambda: "during start-up: once the trainer is built") as early:
+            phase = ["during start-up: once the trainer is built"]
+            with stop_on_signals(lambda: phase[0]) as early:
                 trainer = make_trainer(config, run_dir, args.overrides)  # Ctrl-C is held off until then: library code
                 if early.signum is not None:  # cut by KeyboardInterrupt can fail another way (omegaconf's does)
                     trainer.close()
                     raise Interrupted(early.signum)
+                phase[0] = AFTER_START
                 row = trainer.run()  # a signal before its own handler is installed reaches it through `early`
         if trainer.exit_code and trainer.env_steps == 0 and created and remove_if_never_started(run_dir, True):
             print(f"[mbpo] removed {run_dir}: stopped before the first env step, so there is nothing to resume",
@@ -144,7 +146,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if what is not None:
         raise MbpoError(f"run dir {str(args.run_dir)!r} {what}; expected a directory written by "
                         "`python -m mbpo train`")
-    early = stop_on_signals(lambda: "during start-up: once the trainer is built; the run is left as it was")
+    phase = ["during start-up: once the trainer is built; the run is left as it was"]
+    early = stop_on_signals(lambda: phase[0])
     with RunLock(args.run_dir), early:  # the lock: held from before the checkpoint is read until the run ends
         try:
             trainer = resume_trainer(args.run_dir, args.overrides, trust=args.trust_checkpoint,
@@ -155,6 +158,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         if early.signum is not None:
             trainer.close()
             raise Interrupted(early.signum)
+        phase[0] = AFTER_START
         assert trainer.resumed_from is not None  # set by resume_trainer
         print(f"[mbpo] resuming {args.run_dir} at {trainer.env_steps} env steps "
               f"(from {trainer.resumed_from.path.name})", file=sys.stderr)
@@ -461,6 +465,11 @@ def quiet_torchrl() -> None:
     from mbpo.run.logs import quiet_torchrl as quiet
 
     quiet()
+
+
+AFTER_START = "after the run's final checkpoint, which holds what it trained"
+"""What the start-up guard says of a signal once the run is built: one before the run's own handler is in place
+(the run then starts stopped) or after it is gone (the run closing down, its final checkpoint written)."""
 
 
 def stop_on_signals(when: Any) -> StopOnSignals:

@@ -110,3 +110,26 @@ def test_a_collector_process_starts_with_sigint_blocked_and_then_ignores_it(
     assert blocked_at_start == [True]
     assert children and all(m["SigIgn"] & bit and not m["SigBlk"] & bit for m in children.values()), children
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the parent's mask is restored
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_ctrl_c_while_a_finished_run_closes_down_is_not_called_a_start_up_one(
+        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C while the run closes (its handler gone, its final checkpoint written) reaches the start-up
+    guard: it says so as it is, never that the run is starting or left as it was.
+    """
+    close_run_dir = Trainer._close_run_dir
+    signalled: list[bool] = []
+
+    def interrupted(self: Trainer) -> None:
+        if not signalled:
+            signalled.append(True)
+            signal.raise_signal(signal.SIGINT)
+        close_run_dir(self)
+
+    monkeypatch.setattr(Trainer, "_close_run_dir", interrupted)
+    code = train(run, tmp_path / "r")
+    err = capsys.readouterr().err
+    assert signalled and "during start-up" not in err and "left as it was" not in err, err[-2000:]
+    assert f"[mbpo] SIGINT: stopping ({cli.AFTER_START})" in err, err[-2000:]
+    assert code == 0 and list((tmp_path / "r/checkpoints").glob("ckpt_*.pt"))  # the run had finished
