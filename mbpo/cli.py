@@ -60,7 +60,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        config.run_dir = f"runs/{safe_name(config.env.id)}-{config.agent.name}-s{config.seed}-{stamp}-{os.getpid()}"
+        learner = f"mbpo-{config.agent.name}" if config.model.enabled else config.agent.name  # MBPO apart from SAC
+        config.run_dir = f"runs/{safe_name(config.env.id)}-{learner}-s{config.seed}-{stamp}-{os.getpid()}"
     run_dir = Path(config.run_dir)
     try:
         created = not run_dir.exists()
@@ -81,8 +82,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 config.debug = True
             mode = "MBPO-" if config.model.enabled else ""
             built_by = f" (env.factory={config.env.factory})" if config.env.factory else ""
+            collectors = 1 if config.trainer == "sync" or config.debug else config.runtime.num_collectors
+            size = f"x{config.env.num_envs}" if collectors == 1 else \
+                f"{collectors} collectors x {config.env.num_envs} envs"
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
-                  f"x{config.env.num_envs}, device={config.device}; run dir {run_dir}", file=sys.stderr)
+                  f"{size}, device={config.device}; run dir {run_dir}", file=sys.stderr)
             phase = ["during start-up: once the trainer is built"]
             with stop_on_signals(lambda: phase[0]) as early:
                 trainer = make_trainer(config, run_dir, args.overrides)  # Ctrl-C is held off until then: library code

@@ -153,6 +153,11 @@ def test_a_run_dir_stays_under_runs_whatever_the_env_id(tmp_path: Path, monkeypa
     run = Path(last_json(capsys.readouterr().out)["run_dir"])
     assert run.parent == Path("runs") and run.name.startswith("evil_x_y-sac-s0-")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing written outside
+    model = ["model.hidden_sizes=[16,16]", "model.weight_decay=[0.0,0.0,0.0]", "model.max_epochs=1",
+             "model.train_freq=150", "agent.utd_ratio=1"]
+    assert cli.main(["train", "--config", str(Path(__file__).parents[1] / "configs/pendulum_mbpo.yaml"), *TINY,
+                     *model]) == 0
+    assert Path(last_json(capsys.readouterr().out)["run_dir"]).name.startswith("Pendulum-v1-mbpo-sac-s0-")
 
 
 def test_a_start_that_fails_before_its_first_step_leaves_no_run_dir(tmp_path: Path,
@@ -233,6 +238,7 @@ def test_torch_threads_under_async_a_key_of_a_part_left_off_and_a_run_that_never
             "runtime.model_threads and runtime.collector_threads set each thread's") in err
     assert ("[mbpo] warning: eval_every=301 is above total_env_steps=300: this run never evaluates, so it has no "
             "eval_return to report or plot; lower eval_every") in err
-    assert cli.main([*args, f"run_dir={tmp_path / 'b'}"]) == 0
+    assert cli.main([*args, f"run_dir={tmp_path / 'b'}", "runtime.num_collectors=2"]) == 0
     err = capsys.readouterr().err
     assert "note:" not in err and "never evaluates" not in err
+    assert "training of sac on Pendulum-v1 2 collectors x 1 envs, device=cpu" in err  # not x1: each collector's

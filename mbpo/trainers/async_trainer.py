@@ -389,9 +389,9 @@ class AsyncTrainer(Trainer):
         rates = self._throughput.live(self.env_steps, self.agent.num_updates)
         self._logger.progress(self.env_steps, {
             "eval_return": self.last_eval_return, "steps/s": rates["env_steps_per_s"],
-            "upd/s": rates["updates_per_s"], "q": len(self.queue),
-            "lag": self.telemetry.last_lag,
-            "busy": self.telemetry.learner_busy(self.time_s["update"], self._throughput.since_row()),
+            "upd/s": rates["updates_per_s"], "queue": len(self.queue),  # metrics.csv's names: queue_depth, policy_lag_
+            "lag": self.telemetry.last_lag,  # versions (of the newest batch here), learner_busy (over the interval)
+            "learner_busy": self.telemetry.learner_busy(self.time_s["update"], self._throughput.since_row()),
             "model_v": None if self.model is None else self.model.ensemble.version,
             "restarts": self._counts_before["collector_restarts"] + self.pool.restarts,
             "drops": self._counts_before["queue_drops"] + self.queue.dropped, "nonfinite": self.nonfinite_dropped,
