@@ -422,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = flags + _overrides_last(argv)
     args = build_parser().parse_args(argv)
     if args.help_config:
+        print(f"# every key with the schema's default and meaning; a config file sets its own (the default run's is "
+              f"{DEFAULT_CONFIG}, whose resolved values each run writes to its run dir's config.yaml)")
         for key, default, doc in describe():
             print(f"{key} = {default}\n    {doc}")
         return 0

@@ -68,6 +68,7 @@ def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -
     assert cli.main(["--help-config"]) == 0
     out = capsys.readouterr().out
     assert "agent.utd_ratio = null\n    Gradient updates per collected env transition" in out
+    assert out.startswith("# every key with the schema's default and meaning; a config file sets its own")
     # spelled as an override or a YAML file takes it: what a user copies works
     assert "\nrun_dir = null\n" in out and "\neval_video = false\n" in out and "\ntrainer = async\n" in out
     assert "\nagent.sac.hidden_sizes = [256, 256]\n" in out and "\nenv.kwargs = {}\n" in out
