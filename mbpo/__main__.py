@@ -1,5 +1,6 @@
 """``python -m mbpo``: see mbpo.cli."""
 
+import os
 import signal
 import sys
 
@@ -11,3 +12,6 @@ if __name__ == "__main__":
     except KeyboardInterrupt:
         print("[mbpo] SIGINT: stopped", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
+    except BrokenPipeError:  # `--help-config | head`: the reader has what it wanted; no traceback at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

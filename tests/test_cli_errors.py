@@ -7,6 +7,7 @@ call ``cli.main`` in this process (the same path, without a process and an impor
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -408,3 +409,15 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_train_again(
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")] == [
         f"error: {run} holds a run that stopped before its first checkpoint, so there is nothing to resume; train it "
         f"again with run_dir=<new dir> (its config: {run / 'config.yaml'})"]
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`python -m mbpo --help-config | head -3`: once the reader is gone, no BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader already gone: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "mbpo", "--help-config"], cwd=REPO, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=100)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
