@@ -3,7 +3,8 @@
 ``metrics.csv`` always has the columns ``env_steps, updates, wall_s,
 train_return, eval_return`` first (empty where nothing was measured), then any
 other metric in the order it first appeared. TensorBoard event files are
-written through torchrl's ``TensorboardLogger`` when ``tensorboard`` imports.
+written through torchrl's ``TensorboardLogger`` when ``tensorboard`` imports (a resume purges the events after
+its checkpoint, as it drops those rows).
 """
 
 from __future__ import annotations
@@ -128,6 +129,22 @@ def _is_number(text: str, integer: bool) -> bool:
     return True
 
 
+def _tensorboard(run_dir: Path, resume_at: int | None) -> Any:
+    """torchrl's ``TensorboardLogger`` writing to ``run_dir/tb``; a resumed run's writer purges the events logged
+    after ``resume_at`` (``SummaryWriter(purge_step=...)``), as metrics.csv drops those rows: TensorBoard then
+    shows each step once, not the cut-off run's steps and the resume's twice.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+    from torchrl.record.loggers import TensorboardLogger
+
+    class ResumedTensorboardLogger(TensorboardLogger):
+        def _create_experiment(self) -> SummaryWriter:
+            purge_step = None if resume_at is None else resume_at + 1
+            return SummaryWriter(log_dir=str(Path(self.log_dir) / self.exp_name), purge_step=purge_step)
+
+    return ResumedTensorboardLogger(exp_name="tb", log_dir=str(run_dir))
+
+
 class MetricsLogger:
     """Append rows to ``run_dir/metrics.csv``, mirror scalars to TensorBoard, drive the progress bar."""
 
@@ -143,9 +160,7 @@ class MetricsLogger:
         self._rewrite()
         self.tensorboard = None
         if importlib.util.find_spec("tensorboard") is not None:
-            from torchrl.record.loggers import TensorboardLogger
-
-            self.tensorboard = TensorboardLogger(exp_name="tb", log_dir=str(run_dir))
+            self.tensorboard = _tensorboard(Path(run_dir), resume_at)
         tqdm.monitor_interval = 0  # no tqdm_monitor thread: a closed run leaves no thread behind
         self.bar = tqdm(total=total_env_steps, initial=resume_at or 0, unit="step", dynamic_ncols=True,
                         disable=not progress, desc="env steps")

@@ -67,6 +67,25 @@ def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
     assert list(tmp_path.rglob("events.out.tfevents.*"))
 
 
+def test_a_resume_purges_the_tensorboard_events_after_its_checkpoint(tmp_path: Path) -> None:
+    """As metrics.csv drops the rows after the checkpoint, TensorBoard shows each step once after a resume."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = MetricsLogger(tmp_path, 100, progress=False)
+    for step in (10, 20, 30, 40):
+        log.log({"env_steps": step, "updates": step})
+    log.close()
+    log = MetricsLogger(tmp_path, 100, progress=False, resume_at=20)  # the run cut off after its checkpoint at 20
+    for step in (30, 40, 50):
+        log.log({"env_steps": step, "updates": step + 1})
+    log.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("updates")] == [(10, 10), (20, 20), (30, 31), (40, 41),
+                                                                     (50, 51)]
+
+
 HEADER = ",".join(BASE_COLUMNS) + "\n"
 COMPLETE = HEADER + "100,1,1.0,,-1500.0\n"
 
