@@ -116,7 +116,7 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
     final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
     tmp = directory / f".{final.name}.tmp-{os.getpid()}"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(exist_ok=True)  # not its parents: a run dir removed while the run ran is not made again
         remove_stale_temporaries(directory)
         try:
             with open(tmp, "wb") as f:
@@ -131,6 +131,9 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
     except (OSError, RuntimeError) as exc:  # a full disk, a read-only dir: the run's older checkpoints are intact
         if isinstance(exc, RuntimeError) and "PytorchStreamWriter" not in str(exc):
             raise  # torch.save reports a failed write of its zip file as such a RuntimeError; anything else is ours
+        if isinstance(exc, FileNotFoundError) and not directory.parent.exists():
+            raise CheckpointWriteError(f"cannot write {final}: the run dir {directory.parent} is gone (removed "
+                                       "while the run ran?); start the run again with `python -m mbpo train`") from exc
         raise CheckpointWriteError(f"cannot write {final} ({_reason(exc)}); free space or make the dir writable, "
                                    f"then `python -m mbpo resume {directory.parent}` goes on from the newest "
                                    "checkpoint") from exc

@@ -191,3 +191,12 @@ def test_the_temporary_of_a_save_cut_off_by_a_kill_is_removed_by_the_next_save(t
     ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
     assert not stale.exists() and live.exists()
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt"]
+
+
+def test_a_run_dir_removed_while_the_run_ran_is_not_made_again(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with pytest.raises(ckpt.CheckpointWriteError) as caught:
+        ckpt.save_checkpoint(run / "checkpoints", 100, state(100), keep=3)
+    assert str(caught.value) == (f"cannot write {run / 'checkpoints/ckpt_000000000100.pt'}: the run dir {run} is gone "
+                                 "(removed while the run ran?); start the run again with `python -m mbpo train`")
+    assert not run.exists()
