@@ -63,7 +63,7 @@ class RatioGate:
         self.discarded = 0
         """Reserved transitions that will never be ingested (queue drop_oldest)."""
         self.waits = 0
-        """Times a collector had to wait at the gate."""
+        """Requests a collector had to wait on at the gate (one each, however long the wait)."""
         self._cond = threading.Condition()
 
     # -- what has been earned ------------------------------------------------------
@@ -136,10 +136,12 @@ class RatioGate:
         asking for a batch ahead, with one still outstanding).
         """
         with self._cond:
+            waited = False
             while self._blocked(vector_steps * self.num_envs) is not None and not stop.is_set():
                 if not wait:
                     return None
-                self.waits += 1
+                if not waited:  # one wait per request held back, however many wake-ups it takes
+                    self.waits, waited = self.waits + 1, True
                 if heartbeat is not None:
                     heartbeat()  # waiting on the gate is not hanging
                 self._cond.wait(POLL_S)

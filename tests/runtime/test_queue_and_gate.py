@@ -152,6 +152,7 @@ def test_gate_waits_for_due_model_trainings_and_stops_at_the_budget() -> None:
     assert gate.reserve(50, stop) == (50, 50)  # one training may be in flight while collection goes on
     gate.add(ingested=50)
     assert gate.reserve(50, stop, stop.set)[1] == 0  # two are owed: wait
+    assert gate.waits == 1
     stop.clear()
     gate.add(trainings=1)
     assert gate.reserve(50, stop) == (100, 50)
@@ -195,3 +196,21 @@ def test_by_default_a_fit_counts_for_one_training() -> None:
     gate = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0)
     gate.add(ingested=150)
     assert gate.trainings_due() == 3 and gate.trainings_covered(150) == 1  # the paper's rule: one fit, one training
+
+
+def test_a_request_held_back_counts_one_wait_however_many_wake_ups_it_takes() -> None:
+    """gate_waits counts the requests a collector had to wait on, not the 50 ms polls of one wait."""
+    gate, stop = _gate(utd_ratio=0.0, train_freq=50, learning_starts=0, total_env_steps=1000), threading.Event()
+    gate.reserve(50, stop)
+    gate.add(ingested=50)
+    gate.reserve(50, stop)
+    gate.add(ingested=50)  # two trainings owed: the next request waits
+    beats: list[None] = []
+
+    def heartbeat() -> None:  # called once per wake-up: let five pass, then release the gate
+        beats.append(None)
+        if len(beats) == 5:
+            gate.add(trainings=1)
+
+    assert gate.reserve(50, stop, heartbeat) == (100, 50)
+    assert len(beats) == 5 and gate.waits == 1
