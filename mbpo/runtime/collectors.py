@@ -204,46 +204,53 @@ class EnvStepper:
         obs, episode_return = self.obs, self.episode_return
         env_s = act_s = 0.0
         planned = 0
-        for t in range(vector_steps):
-            random = first + t * n < self.setup.learning_starts
-            tick = time.perf_counter()
-            if random:
-                actions = envs.random_actions(env, self.random_gen)
-            else:
-                actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
-                planned += int(getattr(self.policy, "planned", False)) * n
-            tock = time.perf_counter()
-            result = env.step(actions)
-            if not self.step_checked:
-                check_training_env(env, self.who, step=result)
-                self.step_checked = True
-            next_obs, reward, terminated, truncated, info = result
-            act_s, env_s = act_s + tock - tick, env_s + time.perf_counter() - tock
-            self.beat()  # only a step that never returns makes a collector hung, not a slow one
-            done = terminated | truncated
-            step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
-            step[POLICY_VERSION] = torch.full((n,), 0 if random else policy_version, dtype=torch.int64,
-                                              device=step.device)
-            keep = screen(step, self.setup.nonfinite, first + t * n, f"collector {self.collector_id}: ")
-            reward_cpu, done_cpu = reward.cpu().double(), done.cpu()
-            if keep is not None:
-                dropped += int((~keep).sum())
-                reward_cpu = torch.where(keep, reward_cpu, 0.0)
-            if self.n_step is not None:  # n-step transitions: emitted as their windows close
-                parts.append(self.n_step.push(step, truncated, keep=keep))
-            else:
-                parts.append(step if keep is None else step[keep.to(step.device)])
-            episode_return += reward_cpu
-            if bool(done_cpu.any()):
-                returns.extend(episode_return[done_cpu].tolist())
-                episode_return[done_cpu] = 0.0
-                if self.end_episodes is not None:
-                    self.end_episodes(done_cpu)
-            obs, poisoned = reset_poisoned(env, next_obs)
-            if poisoned is not None:
-                episode_return[poisoned] = 0.0
-                if self.end_episodes is not None:
-                    self.end_episodes(poisoned)
+        result: Any = None
+        try:
+            for t in range(vector_steps):
+                random = first + t * n < self.setup.learning_starts
+                tick = time.perf_counter()
+                if random:
+                    actions = envs.random_actions(env, self.random_gen)
+                else:
+                    actions = self.policy.act(obs.cpu(), explore=True).to(env.device)
+                    planned += int(getattr(self.policy, "planned", False)) * n
+                tock = time.perf_counter()
+                result = env.step(actions)
+                if not self.step_checked:
+                    check_training_env(env, self.who, step=result)
+                    self.step_checked = True
+                next_obs, reward, terminated, truncated, info = result
+                act_s, env_s = act_s + tock - tick, env_s + time.perf_counter() - tock
+                self.beat()  # only a step that never returns makes a collector hung, not a slow one
+                done = terminated | truncated
+                step = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
+                step[POLICY_VERSION] = torch.full((n,), 0 if random else policy_version, dtype=torch.int64,
+                                                  device=step.device)
+                keep = screen(step, self.setup.nonfinite, first + t * n, f"collector {self.collector_id}: ")
+                reward_cpu, done_cpu = reward.cpu().double(), done.cpu()
+                if keep is not None:
+                    dropped += int((~keep).sum())
+                    reward_cpu = torch.where(keep, reward_cpu, 0.0)
+                if self.n_step is not None:  # n-step transitions: emitted as their windows close
+                    parts.append(self.n_step.push(step, truncated, keep=keep))
+                else:
+                    parts.append(step if keep is None else step[keep.to(step.device)])
+                episode_return += reward_cpu
+                if bool(done_cpu.any()):
+                    returns.extend(episode_return[done_cpu].tolist())
+                    episode_return[done_cpu] = 0.0
+                    if self.end_episodes is not None:
+                        self.end_episodes(done_cpu)
+                obs, poisoned = reset_poisoned(env, next_obs, self.who)
+                if poisoned is not None:
+                    episode_return[poisoned] = 0.0
+                    if self.end_episodes is not None:
+                        self.end_episodes(poisoned)
+        except Exception:  # noqa: BLE001 - re-raised: an env's broken later step is named as such, not by where it broke
+            if result is not None:  # the contract's one line for a broken step or observations (EnvContractError)
+                check_training_env(env, self.who, step=result, first=False)
+                check_training_env(env, self.who, obs=obs, first=False)
+            raise
         self.obs = obs
         if vector_steps == 0 and self.n_step is not None:
             flushed = self.n_step.flush()

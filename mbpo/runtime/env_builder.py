@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import envs
-from envs.contract import Probe, check_first_reset, check_step, field_name, probe
+from envs.contract import Probe, check_first_reset, check_reset, check_step, field_name, probe
 from envs.contract import check_interface as contract_interface
 from mbpo.config import ConfigError, EnvConfig
 from mbpo.errors import EnvFaultError
@@ -79,23 +79,26 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
     return envs.as_float32(env, checked.float32_fields), checked
 
 
-def check_training_env(env: envs.VecEnv, label: str, obs: Any = None, step: Any = None) -> None:
+def check_training_env(env: envs.VecEnv, label: str, obs: Any = None, step: Any = None, first: bool = True) -> None:
     """Hold a training env's first reset (``obs``) or first step (``step``), as the run took them, to the VecEnv
     contract. The start-up probe steps the evaluation env only (stepping the run's own env would move what it
     keeps across resets), with ``eval_episodes`` envs: a field that breaks only at ``env.num_envs`` (a reward
     squeezed to a scalar at one env) is named here, before the learner meets it. ``env`` casts to float32
     what the probe found it must, so a field still in another dtype differs from the evaluation env's.
     ``label`` names the env (:func:`env_label`, with the collector). Raises :class:`EnvContractError`.
+    ``first=False``: a later reset's or step's output, checked where processing it failed (the observations then
+    may hold a non-finite row, which ``runtime.nonfinite`` rules).
     """
     try:
-        casts = {} if obs is None else check_first_reset(env, obs)
+        casts = {} if obs is None else check_first_reset(env, obs) if first else check_reset(env, obs)
         casts |= {} if step is None else check_step(env, step)
     except envs.ContractError as exc:
         raise EnvContractError(f"{label}: {exc}") from exc
     if casts:
         found = ", ".join(f"{field_name(k)} as {str(d).removeprefix('torch.')}" for k, d in casts.items())
+        where = "with eval_episodes envs" if first else "before"
         raise EnvContractError(f"{label}: {'reset' if step is None else 'step'} returned {found} with num_envs="
-                               f"{env.num_envs}, float32 with eval_episodes envs; expected one dtype at every "
+                               f"{env.num_envs}, float32 {where}; expected one dtype at every step and "
                                "num_envs (the VecEnv contract, envs/base.py): return float32")
 
 

@@ -19,8 +19,10 @@ import torch
 from tensordict import TensorDict
 
 import envs
+from envs.contract import check_reset
 from mbpo.data.transitions import NEXT_OBS, OBS, REWARD
 from mbpo.errors import EnvFaultError
+from mbpo.runtime.env_builder import EnvContractError
 
 __all__ = ["NonFiniteEnvError", "finite_rows", "screen", "reset_poisoned"]
 
@@ -60,14 +62,21 @@ def screen(step: TensorDict, policy: str, at_env_step: int, who: str = "") -> to
         "(nonfinite_dropped)")
 
 
-def reset_poisoned(env: envs.VecEnv, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+def reset_poisoned(env: envs.VecEnv, obs: torch.Tensor, who: str = "the env") -> tuple[torch.Tensor,
+                                                                                         torch.Tensor | None]:
     """Reset only the envs whose observation is non-finite (no policy can act on it); returns the observations
-    to act on and the CPU mask of the envs reset (None when none was).
+    to act on and the CPU mask of the envs reset (None when none was). ``who`` names the env where its partial
+    reset breaks the contract (it returns every env's observation, not only the reset ones').
     """
     poisoned = ~torch.isfinite(obs).all(-1)
     if not bool(poisoned.any()):
         return obs, None
-    return env.reset(env_ids=poisoned), poisoned.cpu()
+    fresh = env.reset(env_ids=poisoned)
+    try:
+        check_reset(env, fresh)
+    except envs.ContractError as exc:
+        raise EnvContractError(f"{who}: reset(env_ids=...) {str(exc).removeprefix('reset returned ')}") from exc
+    return fresh, poisoned.cpu()
 
 
 def _values(value: torch.Tensor) -> Any:

@@ -164,20 +164,33 @@ class SyncTrainer(Trainer):
     def _collect_step(self) -> None:
         obs = self._obs
         assert obs is not None, "run() resets the env before the first step"
+        who = env_label(self.config.env)
         tick = time.perf_counter()
-        if self.env_steps < self.config.agent.learning_starts:
-            actions = envs.random_actions(self.env, self._action_generator)
-        else:
-            actions = self.policy.act(obs.cpu(), explore=True).to(self.env.device)
-            self.planned_actions += int(getattr(self.policy, "planned", False)) * self.env.num_envs
+        try:
+            if self.env_steps < self.config.agent.learning_starts:
+                actions = envs.random_actions(self.env, self._action_generator)
+            else:
+                actions = self.policy.act(obs.cpu(), explore=True).to(self.env.device)
+                self.planned_actions += int(getattr(self.policy, "planned", False)) * self.env.num_envs
+        except Exception:  # noqa: BLE001 - re-raised: observations that break the contract are named as such
+            check_training_env(self.env, who, obs=obs, first=False)
+            raise
         tock = time.perf_counter()
         result = self.env.step(actions)
         if not self._step_checked:
-            check_training_env(self.env, env_label(self.config.env), step=result)
+            check_training_env(self.env, who, step=result)
             self._step_checked = True
-        next_obs, reward, terminated, truncated, info = result
         self.time_s["act"] += tock - tick
         self.time_s["env"] += time.perf_counter() - tock
+        try:
+            self._store(obs, actions, result)
+        except Exception:  # noqa: BLE001 - re-raised: a later step that breaks the contract is named as such
+            check_training_env(self.env, who, step=result, first=False)
+            raise
+
+    def _store(self, obs: torch.Tensor, actions: torch.Tensor, result: envs.base.StepResult) -> None:
+        """One vector step's transitions into the buffers, its episode bookkeeping, and the next observations."""
+        next_obs, reward, terminated, truncated, info = result
         done = terminated | truncated
         data = real_transitions(obs, actions, reward, next_obs, terminated, truncated, info)
         try:
@@ -197,7 +210,7 @@ class SyncTrainer(Trainer):
             data = data[keep.to(data.device)]
         if data.shape[0]:
             self.buffer.extend(data)
-        self._obs, poisoned = reset_poisoned(self.env, next_obs)
+        self._obs, poisoned = reset_poisoned(self.env, next_obs, env_label(self.config.env))
         self.env_steps += self.env.num_envs
         self._episode_return += reward_cpu
         if poisoned is not None:

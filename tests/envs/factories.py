@@ -102,11 +102,14 @@ class BreaksContract(envs.VecEnv):
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
-    def __init__(self, num_envs: int, device: str, seed: int, breaks: str | None) -> None:
+    def __init__(self, num_envs: int, device: str, seed: int, breaks: str | None, from_step: int = 0) -> None:
         if breaks is not None and breaks not in self.BREAKS:
             raise ValueError(f"breaks={breaks!r}; expected None (nothing) or one of {self.BREAKS}")
         self.pendulum = envs.make("Pendulum-v1", num_envs, device=device, seed=seed)
         self.breaks = breaks
+        self.from_step, self.steps = from_step, 0
+        """``step``'s break applies from its ``from_step``-th call on (0: from the first): an env that breaks the
+        contract only later, where the start-up probe cannot see it."""
         self.num_envs, self.device = self.pendulum.num_envs, self.DEVICES.get(breaks or "", self.pendulum.device)
         if breaks != "no_observation_space":
             self.observation_space = (gym.spaces.Discrete(3) if breaks == "discrete_observation_space"
@@ -135,6 +138,9 @@ class BreaksContract(envs.VecEnv):
 
     def step(self, actions: torch.Tensor) -> envs.base.StepResult:
         obs, reward, terminated, truncated, info = self.pendulum.step(actions)
+        self.steps += 1
+        if self.steps <= self.from_step:
+            return obs, reward, terminated, truncated, info
         info = {} if self.breaks == "no_final_obs" else {"final_obs": self._obs(info["final_obs"])}
         if self.breaks == "squeezed_reward":  # a bug that shows at num_envs=1 only: shape () instead of (1,)
             reward = reward.squeeze()
@@ -149,7 +155,9 @@ class ResetWithoutKeywords(BreaksContract):
         return self.pendulum.reset()
 
 
-def breaks_contract(num_envs: int, device: str, seed: int, breaks: str) -> BreaksContract:
-    """``env.factory=tests.envs.factories:breaks_contract env.kwargs.breaks=<case>``."""
+def breaks_contract(num_envs: int, device: str, seed: int, breaks: str, from_step: int = 0) -> BreaksContract:
+    """``env.factory=tests.envs.factories:breaks_contract env.kwargs.breaks=<case>`` (``env.kwargs.from_step=k``:
+    its steps break from the k-th on).
+    """
     kind = ResetWithoutKeywords if breaks == "reset_without_keywords" else BreaksContract
-    return kind(num_envs, device, seed, breaks)
+    return kind(num_envs, device, seed, breaks, from_step)

@@ -125,6 +125,39 @@ def test_a_field_that_breaks_only_at_the_training_envs_size_is_one_line_and_no_c
     assert "restarting" not in err, err[-3000:]
 
 
+def test_a_step_that_breaks_the_contract_later_is_one_line_naming_the_field_and_no_collector_restarts(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The start-up probe and the first step fit; the env's 5th step returns a float terminated. Where processing
+    that step fails, the step is held to the contract: one line naming the field, not torch's message from deep
+    in the learner's code after a collector's restarts.
+    """
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=float_terminated", "env.kwargs.from_step=4", *TINY,
+                     *TRAINER_RUNS[trainer_run], f"run_dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    who = WHO if trainer_run == "sync" else f"collector 0: {WHO}"
+    assert (code, error_lines(err)) == (2, [f"error: {who}: {ERRORS['float_terminated']}"]), err[-3000:]
+    assert "restarting" not in err, err[-3000:]
+
+
+def test_a_partial_reset_that_returns_only_the_reset_rows_is_named() -> None:
+    """reset(env_ids=...) returns every env's observations (the contract); one that returns only the reset rows
+    is named where a non-finite observation is reset, not by the policy's shape error a step later.
+    """
+    from mbpo.runtime.nonfinite import reset_poisoned
+
+    env = envs.make("Pendulum-v1", 4, device="cpu", seed=0)
+    obs = env.reset(seed=0)
+    reset = env.reset
+    env.reset = lambda seed=None, env_ids=None: reset(seed=seed, env_ids=env_ids)[env_ids]  # type: ignore[method-assign]
+    obs[1] = float("nan")
+    with pytest.raises(EnvContractError) as caught:
+        reset_poisoned(env, obs, "collector 0: mine")
+    assert str(caught.value) == ("collector 0: mine: reset(env_ids=...) obs of shape (1, 3); expected float32 of "
+                                 f"shape (num_envs, obs_dim) = (4, 3) on cpu {CONTRACT}: return one row per env, "
+                                 "flattened to obs_dim=3 values (from observation_space.shape=(3,); fix "
+                                 "observation_space if the rows are right)")
+
+
 def test_a_training_env_in_another_float_dtype_than_the_evaluation_envs_is_named() -> None:
     """The training env casts to float32 what the probe of the evaluation env found it must: a field still in
     another dtype is an env whose dtype depends on num_envs.
