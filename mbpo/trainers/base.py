@@ -37,7 +37,7 @@ from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
 from mbpo.run.video import EvalVideos
-from mbpo.runtime.env_builder import build_env, check_env, check_interface
+from mbpo.runtime.env_builder import EnvContractError, build_env, check_env, check_interface, env_label
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
@@ -143,6 +143,13 @@ class Trainer:
             # Before any collector starts, on every backend: the eval env is built as every collector's is, and
             # every evaluation reseeds it, so its probe step changes nothing the run does afterwards.
             self.eval_env, probe = check_env(self.eval_env, config.env, self.seed("env_probe"))
+            for name in ("observation_space", "action_space"):  # an env_factory's env against the config's
+                trained, evaluated = getattr(self.env, name), getattr(self.eval_env, name)
+                if trained != evaluated:
+                    raise EnvContractError(
+                        f"{env_label(config.env)}: the training env's {name} is {trained}, the evaluation env's "
+                        f"(built from the config) {evaluated}; expected one task: make env.id / env.factory build "
+                        "the env the trainer's env_factory returns")
             self.components["eval env"] = self.eval_env
             self.eval_videos = EvalVideos(self.run_dir / "videos", self.eval_env) if config.eval_video else None
             """eval_video=true: a video of each evaluation's first episode (it draws a frame now, to fail early)."""

@@ -835,3 +835,22 @@ def test_runtime_max_lead_caps_how_far_collectors_run_ahead_of_the_learner(
     trainer.run()
     assert max(behind) <= 0  # at every grant the learner had caught up with all but the last `lead` transitions
     assert gate.max_lead == 48 and max(leads) == 48 and min(leads) >= 16  # one batch of 16 at least
+
+
+def test_an_env_factory_whose_env_is_not_the_configs_task_is_refused_at_start_up(
+        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
+    """The evaluation env is built from the config: an env_factory returning another task's env would train to the
+    end and then fail at the first evaluation; it is one error before anything starts.
+    """
+    from mbpo.runtime.env_builder import EnvContractError
+
+    cfg = tiny_config("env.id=MountainCarContinuous-v0")
+
+    def pendulum(collector_id: int, incarnation: int, seed: int) -> envs.VecEnv:
+        return envs.make("Pendulum-v1", 2, device="cpu", seed=seed)
+
+    with pytest.raises(EnvContractError, match=r"^env.id='MountainCarContinuous-v0': the training env's "
+                                               r"observation_space is Box\(.*\(3,\), float32\), the evaluation env's "
+                                               r"\(built from the config\) Box\(.*\(2,\), float32\); expected one "
+                                               r"task"):
+        AsyncTrainer(cfg, cfg.run_dir, env_factory=pendulum)
