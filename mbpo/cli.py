@@ -54,8 +54,7 @@ def _config_path(path: str) -> Path:
 def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(_config_path(args.config), args.overrides)
     quiet_torchrl()
-    from mbpo.run.checkpoint import list_checkpoints
-    from mbpo.run.run_dir import RunDirBusyError, RunLock, files_in_the_way, remove_if_never_started, safe_name
+    from mbpo.run.run_dir import RunDirBusyError, RunLock, refuse_a_used_run_dir, remove_if_never_started, safe_name
     from mbpo.trainers import make_trainer
 
     if config.run_dir is None:  # unique even for runs started in the same second (the lock creates it)
@@ -70,14 +69,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                         "run_dir=<dir>") from None
     try:
         with RunLock(run_dir):  # before looking: two runs started at once on one dir cannot both pass
-            if list_checkpoints(run_dir / "checkpoints"):
-                raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
-                                f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-            in_the_way = files_in_the_way(run_dir)
-            if in_the_way:  # a run stopped before its first checkpoint, or a user's own files: never overwritten
-                raise MbpoError(f"{run_dir} already holds {', '.join(in_the_way)}, which a new run there would "
-                                "overwrite (a run that stopped before its first checkpoint has nothing to resume); "
-                                "set run_dir=<new dir>, or move them away first")
+            refuse_a_used_run_dir(run_dir)
             if args.debug or os.environ.get("MBPO_DEBUG") == "1":
                 config.debug = True
             mode = "MBPO-" if config.model.enabled else ""

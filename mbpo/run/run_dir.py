@@ -42,7 +42,7 @@ from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
-           "check_belongs", "write_config", "log_resume",
+           "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir",
            "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
@@ -206,6 +206,20 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
 def files_in_the_way(run_dir: Path) -> list[str]:
     """The names of :data:`RUN_FILES` that ``run_dir`` already holds: a new run there would overwrite them."""
     return [name for name in RUN_FILES if (run_dir / name).exists()]
+
+
+def refuse_a_used_run_dir(run_dir: Path) -> None:
+    """A new run never overwrites another's files: a dir holding checkpoints is to be resumed, one holding
+    :data:`RUN_FILES` (a run stopped before its first checkpoint, a user's own config.yaml) is left alone.
+    """
+    if list_checkpoints(run_dir / "checkpoints"):
+        raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
+                        f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+    in_the_way = files_in_the_way(run_dir)
+    if in_the_way:
+        raise MbpoError(f"{run_dir} already holds {', '.join(in_the_way)}, which a new run there would "
+                        "overwrite (a run that stopped before its first checkpoint has nothing to resume); "
+                        "set run_dir=<new dir>, or move them away first")
 
 
 def write_config(run_dir: str | Path, config_yaml: str) -> None:

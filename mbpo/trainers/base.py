@@ -34,7 +34,15 @@ from mbpo.model_based.rollouts import rollout_bytes
 from mbpo.models.rules import probe_transitions
 from mbpo.run.checkpoint import FORMAT, save_checkpoint
 from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
-from mbpo.run.run_dir import RESUMABLE_OVERRIDES, RunIdentity, RunLock, log_resume, record_provenance, write_config
+from mbpo.run.run_dir import (
+    RESUMABLE_OVERRIDES,
+    RunIdentity,
+    RunLock,
+    log_resume,
+    record_provenance,
+    refuse_a_used_run_dir,
+    write_config,
+)
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
 from mbpo.run.video import EvalVideos
 from mbpo.runtime.env_builder import EnvContractError, build_env, check_env, check_interface, env_label
@@ -465,6 +473,7 @@ class Trainer:
         try:
             if self.resumed_from is None:
                 if self.env_steps == 0:
+                    refuse_a_used_run_dir(self.run_dir)  # as `train` does: a trainer built from Python too
                     self.identity.write(self.run_dir, self.config)
                     write_config(self.run_dir, to_yaml(self.config))
             else:

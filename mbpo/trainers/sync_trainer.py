@@ -72,7 +72,11 @@ class SyncTrainer(Trainer):
         """Train until ``total_env_steps`` or a stop signal; write the final checkpoint; return the last row."""
         cfg = self.config
         self.exit_code = 0
-        self._open_run_dir()
+        try:
+            self._open_run_dir()
+        except BaseException:
+            self.close()  # its envs: a run dir refused here leaves nothing open
+            raise
         own_logger = logger is None
         stop = threading.Event()
         try:

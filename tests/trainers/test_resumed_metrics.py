@@ -41,3 +41,24 @@ def test_the_first_row_after_a_resume_from_the_final_checkpoint_averages_only_it
     assert u1 > u0 and int(after["skipped_updates"]) == 0
     assert float(after["epsilon"]) == pytest.approx(epsilon_mean(u0, u1), abs=1e-9)
     assert float(before["epsilon"]) == pytest.approx(epsilon_mean(int(rows[at_end - 1]["updates"]), u0), abs=1e-9)
+
+
+@pytest.mark.parametrize("trainer", ["sync", "async"])
+def test_a_trainer_built_from_python_never_overwrites_a_run_in_its_dir(tmp_path: Path, trainer: str) -> None:
+    """`train` refuses a dir that holds a run; so does a trainer built from Python (it used to replace the first
+    run's run.json, config.yaml and checkpoints with its own).
+    """
+    from mbpo.config import load_config
+    from mbpo.errors import MbpoError
+    from mbpo.trainers import trainer_class
+
+    run = tmp_path / "r"
+    config = load_config("configs/cartpole_dqn.yaml", [*DQN[2:], "total_env_steps=500", f"trainer={trainer}",
+                                                       f"run_dir={run}"])
+    trainer_class(config)(config, run).run()
+    identity = (run / "run.json").read_text()
+    second = trainer_class(config)(config, run)
+    with pytest.raises(MbpoError, match=r"already holds a run with checkpoints; continue it with `python -m mbpo "
+                                        r"resume"):
+        second.run()
+    assert (run / "run.json").read_text() == identity
