@@ -42,7 +42,7 @@ from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
-           "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir",
+           "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
            "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
@@ -50,6 +50,8 @@ __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
 RUN_FILES = ("config.yaml", IDENTITY_FILE, "metrics.csv", RESUMES_FILE, "checkpoints", "tb")
 """What a run writes in its run dir (beside the lock): a new run refuses a dir that holds any of them."""
+RUN_RECORD = ("config.yaml", IDENTITY_FILE, RESUMES_FILE)
+"""The run's own record among :data:`RUN_FILES` (metrics.csv and tb/ are also a MetricsLogger's)."""
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
                        "checkpoint", "runtime.nonfinite", "debug")
 """Keys a resume may change: how long and how often, what to do with an env's non-finite values (the fix a run
@@ -208,14 +210,15 @@ def files_in_the_way(run_dir: Path) -> list[str]:
     return [name for name in RUN_FILES if (run_dir / name).exists()]
 
 
-def refuse_a_used_run_dir(run_dir: Path) -> None:
+def refuse_a_used_run_dir(run_dir: Path, names: tuple[str, ...] = RUN_FILES) -> None:
     """A new run never overwrites another's files: a dir holding checkpoints is to be resumed, one holding
-    :data:`RUN_FILES` (a run stopped before its first checkpoint, a user's own config.yaml) is left alone.
+    ``names`` (a run stopped before its first checkpoint, a user's own config.yaml) is left alone. A trainer
+    run from Python with a MetricsLogger of its caller's passes the names other than the logger's own.
     """
     if list_checkpoints(run_dir / "checkpoints"):
         raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
                         f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
-    in_the_way = files_in_the_way(run_dir)
+    in_the_way = [name for name in files_in_the_way(run_dir) if name in names]
     if in_the_way:
         raise MbpoError(f"{run_dir} already holds {', '.join(in_the_way)}, which a new run there would "
                         "overwrite (a run that stopped before its first checkpoint has nothing to resume); "

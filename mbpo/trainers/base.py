@@ -36,6 +36,7 @@ from mbpo.run.checkpoint import FORMAT, save_checkpoint
 from mbpo.run.evaluation import critic_bias, eval_stats, evaluate_episodes
 from mbpo.run.run_dir import (
     RESUMABLE_OVERRIDES,
+    RUN_RECORD,
     RunIdentity,
     RunLock,
     log_resume,
@@ -473,7 +474,8 @@ class Trainer:
         try:
             if self.resumed_from is None:
                 if self.env_steps == 0:
-                    refuse_a_used_run_dir(self.run_dir)  # as `train` does: a trainer built from Python too
+                    refuse_a_used_run_dir(self.run_dir, RUN_RECORD)  # as `train` does; a caller's logger
+                    # may have made metrics.csv and tb/ already
                     self.identity.write(self.run_dir, self.config)
                     write_config(self.run_dir, to_yaml(self.config))
             else:
