@@ -166,8 +166,8 @@ def test_a_training_env_in_another_float_dtype_than_the_evaluation_envs_is_named
     with pytest.raises(EnvContractError) as caught:
         check_training_env(env, "collector 0: mine", obs=env.reset(seed=0))
     assert str(caught.value) == ("collector 0: mine: reset returned obs as float64 with num_envs=2, float32 with "
-                                 "eval_episodes envs; expected one dtype at every num_envs (the VecEnv contract, "
-                                 "envs/base.py): return float32")
+                                 "eval_episodes envs; expected one dtype at every step and num_envs (the VecEnv "
+                                 "contract, envs/base.py): return float32")
     cast = envs.as_float32(env, ("obs", "final_obs"))
     check_training_env(cast, "mine", obs=cast.reset(seed=0), step=cast.step(torch.zeros(2, 1)))
 
