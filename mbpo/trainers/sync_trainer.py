@@ -53,6 +53,8 @@ class SyncTrainer(Trainer):
         """The env took a step that was never stored (it returned a non-finite value under nonfinite=raise): a
         checkpoint then holds no env state, and a resume starts new episodes."""
         self._step_checked = False
+        self._who = env_label(config.env)
+        """How errors name the env (once: not per vector step)."""
         """The run's first step was held to the contract (check_training_env); no later one is."""
 
     def _build_runtime(self, config: Config) -> None:
@@ -162,13 +164,13 @@ class SyncTrainer(Trainer):
     def _first_reset(self) -> torch.Tensor:
         """The env's reset where the run starts episodes, held to the contract (check_training_env)."""
         obs = self.env.reset()
-        check_training_env(self.env, env_label(self.config.env), obs=obs)
+        check_training_env(self.env, self._who, obs=obs)
         return obs
 
     def _collect_step(self) -> None:
         obs = self._obs
         assert obs is not None, "run() resets the env before the first step"
-        who = env_label(self.config.env)
+        who = self._who
         tick = time.perf_counter()
         try:
             if self.env_steps < self.config.agent.learning_starts:
@@ -214,7 +216,7 @@ class SyncTrainer(Trainer):
             data = data[keep.to(data.device)]
         if data.shape[0]:
             self.buffer.extend(data)
-        self._obs, poisoned = reset_poisoned(self.env, next_obs, env_label(self.config.env))
+        self._obs, poisoned = reset_poisoned(self.env, next_obs, self._who)
         self.env_steps += self.env.num_envs
         self._episode_return += reward_cpu
         if poisoned is not None:
