@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mbpo.config import describe, load_config
 from mbpo.config.validation import DEVICE_PATTERN
-from mbpo.errors import MbpoError
+from mbpo.errors import MbpoError, RunFailedError
 
 if TYPE_CHECKING:
     from mbpo.runtime.supervisor import StopOnSignals
@@ -428,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT  # one line, no traceback
         print(f"[mbpo] {signal.Signals(signum).name}: stopped", file=sys.stderr)
         return 128 + signum
+    except RunFailedError as exc:  # its cause's traceback is already on stderr, where it happened
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if not isinstance(exc, user_errors()):  # a bug keeps its traceback
             raise

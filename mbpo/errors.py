@@ -6,11 +6,18 @@ anything else keeps its traceback. Messages say what was wrong and how to fix it
 
 from __future__ import annotations
 
-__all__ = ["MbpoError", "EnvFaultError", "env_fault"]
+__all__ = ["MbpoError", "EnvFaultError", "RunFailedError", "env_fault"]
 
 
 class MbpoError(Exception):
     """Something the user can fix: a config, a path, a checkpoint, a run dir."""
+
+
+class RunFailedError(RuntimeError):
+    """A run that could not go on, for a reason already reported with its own traceback where it happened (a
+    collector that kept failing): the CLI ends with one ``error:`` line and exit 1, not a second traceback
+    through the trainer's frames.
+    """
 
 
 class EnvFaultError(MbpoError):

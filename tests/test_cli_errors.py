@@ -421,3 +421,32 @@ def test_output_into_a_closed_pipe_ends_quietly() -> None:
     finally:
         os.close(write)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("backend", ["thread", "process", "ray"])
+def test_a_collector_that_keeps_failing_ends_in_its_own_traceback_and_one_error_line(
+        backend: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A spent restart budget is not a bug in the trainer: the collector's traceback (where it failed) is logged,
+    then one ``error:`` line and exit 1, after the final checkpoint; no second traceback through the trainer.
+    """
+    from mbpo import cli
+    from tests.conftest import TRAINER_RUNS
+
+    if backend == "ray":
+        request.getfixturevalue("module_ray")
+    run = tmp_path / "r"
+    code = cli.main(["train", *FAST, "total_env_steps=100000", "runtime.max_restarts=0", "runtime.num_collectors=1",
+                     "runtime.collection_batch_size=16",
+                     "env.factory=envs.faults:faulty", "env.kwargs={fault: raise, at_step: 40, env_id: Pendulum-v1}",
+                     "env.id=Faulty-v0", *TRAINER_RUNS[backend], f"run_dir={run}"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 1 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error: collector 0 failed; restart budget spent (0/0): "), lines
+    assert lines[0].endswith("InjectedFault: injected fault at step 40; its traceback is above (runtime.max_restarts "
+                             "sets the budget)"), lines
+    logged = err[: err.index("error: ")]  # the collector's traceback, down to the env's frame
+    assert "Traceback" in logged and 'faults.py", line' in logged and "in step" in logged, err[-3000:]
+    assert "Traceback" not in lines[0] and "supervisor.py" not in err and "async_trainer.py" not in err, err[-3000:]
+    assert "final checkpoint" in err and list((run / "checkpoints").glob("ckpt_*.pt"))

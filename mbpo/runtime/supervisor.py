@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from mbpo.errors import EnvFaultError
+from mbpo.errors import EnvFaultError, RunFailedError
 from mbpo.runtime.collectors import Collector
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.timing import UNOBSERVED_S
@@ -33,8 +33,10 @@ from mbpo.runtime.timing import UNOBSERVED_S
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
 
 
-class CollectorFailure(RuntimeError):
-    """A collector failed and the restart budget is spent (or the failure cannot be restarted)."""
+class CollectorFailure(RunFailedError):
+    """A collector failed and the restart budget is spent (or every collector hung). The collector's own
+    traceback is logged before it is raised, and is its ``__cause__``.
+    """
 
 
 class WorkerError(RuntimeError):
@@ -47,9 +49,10 @@ def format_error(exc: BaseException) -> str:
 
 def cause_line(exc: BaseException) -> str:
     """The last line of ``exc``'s traceback (``ValueError: ...``), for the message of the error that wraps it,
-    so the wrapper's own last line still names the cause.
+    so the wrapper's own last line still names the cause; of a message of several lines (a collector process's
+    error carries the child's traceback) only its first, the headline.
     """
-    return traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[0]
 
 
 class CollectorPool:
@@ -147,11 +150,13 @@ class CollectorPool:
     def _replace(self, cid: int, c: Collector, what: str, error: BaseException | None) -> None:
         """Start the next incarnation from the newest weights while the restart budget lasts."""
         self.failures.append((cid, c.incarnation, self.clock(), c.last_beat, what))
-        if self.restarts >= self.max_restarts:
-            raise CollectorFailure(f"{what}; restart budget spent ({self.restarts}/{self.max_restarts})"
-                                   f"{': ' + cause_line(error) if error is not None else ''}") from error
-        self.restarts += 1
         detail = f":\n{format_error(error)}" if error is not None else ""
+        if self.restarts >= self.max_restarts:
+            spent = f"restart budget spent ({self.restarts}/{self.max_restarts})"
+            self.log(f"[mbpo] {what}; {spent}, so the run stops{detail}")
+            raise CollectorFailure(f"{what}; {spent}{': ' + cause_line(error) if error is not None else ''}; "
+                                   "its traceback is above (runtime.max_restarts sets the budget)") from error
+        self.restarts += 1
         self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"
                  f"{self.max_restarts}){detail}")
         replacement = self.make_collector(cid, c.incarnation + 1)

@@ -4,6 +4,7 @@ which on a GPU would otherwise surface as a device-side assert at some later ker
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,7 +16,6 @@ import envs
 from envs.faults import FaultyEnv
 from mbpo import cli
 from mbpo.device.checks import HandoffError, check_transitions
-from mbpo.runtime.supervisor import CollectorFailure
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,14 +48,18 @@ def test_the_bad_action_fault_edits_the_handed_tensor_and_steps_with_the_origina
         FaultyEnv(envs.make("Pendulum-v1", 1), "bad_action")
 
 
-def test_debug_mode_stops_a_run_at_the_collector_that_handed_over_a_bad_action(tmp_path: Path) -> None:
+def test_debug_mode_stops_a_run_at_the_collector_that_handed_over_a_bad_action(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without --debug the same run dies in the learner's gather (on a GPU: a device-side assert)."""
     args = ["train", "--config", "configs/cartpole_dqn.yaml", "env.id=FaultyCartPole-v0",
             "env.factory=envs.faults:faulty", "env.kwargs={at_step: 3}", "total_env_steps=600",
             "agent.learning_starts=100", "eval_every=300", "eval_episodes=2", "device=cpu",
             "runtime.max_restarts=0"]
-    with pytest.raises(CollectorFailure, match=r"collector 0 -> queue: action row 2 is 2; the action space "
-                                               r"Discrete\(2\) allows \[0, 2\)"):
-        cli.main(["--debug", *args, f"run_dir={tmp_path / 'debug'}"])
+    capsys.readouterr()
+    assert cli.main(["--debug", *args, f"run_dir={tmp_path / 'debug'}"]) == 1  # the run failed, its traceback shown
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and re.search(r"collector 0 failed; restart budget spent \(0/0\): .*collector 0 -> queue: "
+                                         r"action row 2 is 2; the action space Discrete\(2\) allows \[0, 2\)",
+                                         error[0]), error
     with pytest.raises(RuntimeError, match="index 2 is out of bounds"):
         cli.main([*args, f"run_dir={tmp_path / 'plain'}"])

@@ -215,7 +215,8 @@ class RayCollector(CollectorLoop):
         text = str(exc)
         if isinstance(cause, EnvFaultError):
             return type(cause)(str(cause), detail=text)
-        return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised:\n{text}")
+        headline = ":" if cause is None else f" {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
+        return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised{headline}\n{text}")
 
 
 def _ordered(ray: Any) -> type:
