@@ -28,6 +28,7 @@ from typing import Any
 from mbpo.errors import EnvFaultError, RunFailedError
 from mbpo.runtime.collectors import Collector
 from mbpo.runtime.gate import RatioGate
+from mbpo.runtime.main_guard import UnguardedMainError
 from mbpo.runtime.timing import UNOBSERVED_S
 
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
@@ -143,7 +144,7 @@ class CollectorPool:
         assert error is not None
         c.close()
         self.retired.append(c)
-        if isinstance(error, EnvFaultError):  # the env's data, not a crash: a restart would meet it again
+        if isinstance(error, (EnvFaultError, UnguardedMainError)):  # a restart would meet it again
             raise error
         self._replace(cid, c, f"collector {cid} failed", error)
 

@@ -47,6 +47,7 @@ from mbpo.run.run_dir import (
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
 from mbpo.run.video import EvalVideos
 from mbpo.runtime.env_builder import EnvContractError, build_env, check_env, check_interface, env_label
+from mbpo.runtime.main_guard import exit_if_a_child_imports_main
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class Trainer:
         subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
         built.
         """
+        exit_if_a_child_imports_main()  # a collector process importing a script with no __main__ guard
         self.config = config
         self.run_dir = Path(run_dir)
         self.utd_ratio = updates_per_transition(config)

@@ -83,6 +83,25 @@ def test_a_process_run_with_a_local_env_factory_stops_before_any_child_starts(
         trainer.run()
 
 
+@pytest.mark.timeout(90)
+def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tmp_path: Path) -> None:
+    """A spawned child imports the script again; one that builds its trainer at its top level built a second
+    trainer there (which failed on the run dir in use): "exited with code 1", three restarts, then a traceback.
+    """
+    script = tmp_path / "train.py"
+    script.write_text("from mbpo.config import load_config\nfrom mbpo.trainers import AsyncTrainer\n"
+                      f"cfg = load_config(None, ['runtime.backend=process', 'progress=false', 'eval_every=400', "
+                      f"'total_env_steps=400', 'run_dir={tmp_path / 'run'}'])\n"
+                      "AsyncTrainer(cfg, cfg.run_dir).run()\n")
+    out = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=80)
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1 and last.startswith("mbpo.runtime.main_guard.UnguardedMainError: runtime.backend="
+                                                   "process starts each collector by importing your script"), \
+        out.stderr[-3000:]
+    assert 'if __name__ == "__main__":' in last and "restarting it" not in out.stderr, out.stderr[-3000:]
+    assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
+
+
 @pytest.mark.timeout(60)
 def test_a_sac_collector_child_starts_without_torchrl() -> None:
     """What a SAC collector process or Ray actor imports to build its env and policy leaves torchrl out: its

@@ -50,6 +50,7 @@ from mbpo.runtime.collectors import (
 )
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
+from mbpo.runtime.main_guard import UNGUARDED_MAIN_EXIT, UnguardedMainError
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -218,6 +219,8 @@ class ProcessCollector(CollectorLoop):
             return CollectorStopped()
         self.process.join(1.0)
         code = self.process.exitcode
+        if code == UNGUARDED_MAIN_EXIT:
+            return UnguardedMainError()
         how = ("is still running but closed its pipe" if code is None else
                f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
         return CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) {how}")
