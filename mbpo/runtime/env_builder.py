@@ -19,7 +19,8 @@ from envs.contract import check_interface as contract_interface
 from mbpo.config import ConfigError, EnvConfig
 from mbpo.errors import EnvFaultError
 
-__all__ = ["build_env", "check_env", "check_interface", "check_training_env", "env_label", "EnvContractError"]
+__all__ = ["build_env", "collector_env_from", "check_env", "check_interface", "check_training_env", "env_label",
+           "EnvContractError"]
 
 
 class EnvContractError(EnvFaultError):
@@ -45,6 +46,20 @@ def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: i
         return envs.make_from_factory(env.factory, num_envs, device=device, seed=seed, **env.kwargs)
     except envs.EnvFactoryError as exc:
         raise ConfigError(f"{env_label(env)} {exc.problem}") from exc
+
+
+def collector_env_from(env_factory: Any, collector_id: int, incarnation: int, seed: int,
+                       device: str | torch.device) -> envs.VecEnv:
+    """What a trainer's ``env_factory(collector_id, incarnation, seed)`` returns, wrapped by its type as
+    ``env.factory``'s is (a gymnasium VectorEnv, an rsl_rl or torchrl env); one that is no env is a ConfigError
+    naming the factory.
+    """
+    qualname = getattr(env_factory, "__qualname__", type(env_factory).__name__)  # a callable object: its class
+    name = f"{getattr(env_factory, '__module__', '?')}:{qualname}"
+    try:
+        return envs.as_vec_env(env_factory(collector_id, incarnation, seed), device=device, seed=seed, path=name)
+    except envs.EnvFactoryError as exc:
+        raise ConfigError(f"env_factory {name} {exc.problem}") from exc
 
 
 def check_interface(env: envs.VecEnv, config: EnvConfig) -> None:

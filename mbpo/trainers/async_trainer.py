@@ -40,7 +40,7 @@ from mbpo.model_based.planning_policy import MODEL_KEY
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.backends import make_backend
 from mbpo.runtime.collectors import CollectorBatch, CollectorSetup
-from mbpo.runtime.env_builder import EnvContractError, build_env, check_interface, env_label
+from mbpo.runtime.env_builder import EnvContractError, build_env, check_interface, collector_env_from, env_label
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.model_worker import ModelWorker
 from mbpo.runtime.queue import TransitionQueue
@@ -135,7 +135,7 @@ class AsyncTrainer(Trainer):
         if self._env_factory is None:
             env = build_env(self.config.env, self.config.env.num_envs, self.env_device, seed)
         else:
-            env = self._env_factory(collector_id, incarnation, seed)
+            env = collector_env_from(self._env_factory, collector_id, incarnation, seed, self.env_device)
         try:
             check_interface(env, self.config.env)  # its device must be one before it is compared
         except EnvContractError:

@@ -56,10 +56,11 @@ class ChildSpec:
 
     def build_env(self) -> Any:
         """The child's env, built in the child (so a CUDA context or simulator is its own)."""
-        if self.env_factory is not None:
-            return self.env_factory(self.collector_id, self.incarnation, self.env_seed)
-        from mbpo.runtime.env_builder import build_env
+        from mbpo.runtime.env_builder import build_env, collector_env_from
 
+        if self.env_factory is not None:
+            return collector_env_from(self.env_factory, self.collector_id, self.incarnation, self.env_seed,
+                                      self.env_device)
         return build_env(self.env, self.setup.num_envs, self.env_device, self.env_seed)
 
 
