@@ -41,6 +41,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 raise ConfigError(f"config file {str(path)!r} does not exist{via}")
             text = path.read_text()
             data = _check_yaml(text, str(path))
+            if data is None:  # a file saved empty, or the wrong file: not a run of the schema's defaults by chance
+                raise ConfigError(f"config file {str(path)!r} holds no keys (it is empty, or only comments); expected "
+                                  "a mapping of config keys (e.g. 'seed: 0'); write '{}' for the schema's defaults")
             layers.insert(0, (text, str(path)))
             base = data.get(BASE_KEY) if data else None
             if base is None:
@@ -89,6 +92,9 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
         for item in overrides or []:
             if "=" not in item:
                 raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+            if not all(part.strip() for part in item.split("=", 1)[0].split(".")):
+                raise ConfigError(f"override {item!r}: its key has an empty part; expected dotted names "
+                                  "(e.g. agent.batch_size=256)")
             if item.split("=", 1)[1].strip() not in ("null", "~"):  # null fits any key that may be null
                 _check_shapes(OmegaConf.to_container(OmegaConf.from_dotlist([item])), Config, "", f"{item!r}: ")
         names = [item for item in overrides or [] if item.split("=", 1)[0].strip() == "agent.name"]
@@ -96,7 +102,10 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
             _switch_learner(cfg, OmegaConf.from_dotlist(names[-1:]).agent.name)
         for item in overrides or []:
             key, value = item.split("=", 1)
-            section = _fields_at(key.strip()) if value.strip() not in _CLEARS else []
+            section = _fields_at(key.strip())
+            if section and value.strip() in _CLEARS:  # a merge would keep every key: a silent no-op
+                raise ConfigError(f"{item!r}: {key.strip()} is a section of keys, which cannot be emptied; set the "
+                                  f"keys you mean ({key.strip()}.<key>=...): {', '.join(sorted(section))}")
             if section:  # OmegaConf's merge error would name no key
                 raise ConfigError(f"{item!r}: {key.strip()} is a section of keys, not a value; set its keys "
                                   f"({key.strip()}.<key>=...): {', '.join(sorted(section))}")
@@ -144,6 +153,8 @@ def _check_shapes(data: Any, cls: Any, prefix: str, where: str) -> None:
             expected = {"mapping": f"a mapping (e.g. {dotted}={{name: 1}})", "value": "one value",
                         "list": f"a list (e.g. {dotted}={default or [256, 256]})"}[want]
             raise ConfigError(f"{where}{dotted} holds a {got} ({value!r}); expected {expected}")
+        if annotation in ("bool", "bool | None") and value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{where}{dotted} is {value!r}; expected true or false")
         if value == "None" and annotation.endswith("| None"):
             raise ConfigError(f"{where}{dotted} is the text 'None'; write null for no value (YAML's None)")
 

@@ -30,6 +30,14 @@ pytestmark = pytest.mark.timeout(30)
     ("run_dir=None", "'run_dir=None': run_dir is the text 'None'; write null for no value (YAML's None)"),
     ("agent.utd_ratio=None", "'agent.utd_ratio=None': agent.utd_ratio is the text 'None'; write null for no value "
                              "(YAML's None)"),
+    ("progress=2", "'progress=2': progress is 2; expected true or false"),
+    ("agent.sac.layer_norm=on1", "'agent.sac.layer_norm=on1': agent.sac.layer_norm is 'on1'; expected true or false"),
+    ("checkpoint={}", "'checkpoint={}': checkpoint is a section of keys, which cannot be emptied; set the keys you "
+                      "mean (checkpoint.<key>=...): every, keep"),
+    ("checkpoint=null", "'checkpoint=null': checkpoint is a section of keys, which cannot be emptied; set the keys "
+                        "you mean (checkpoint.<key>=...): every, keep"),
+    ("agent..batch_size=1", "override 'agent..batch_size=1': its key has an empty part; expected dotted names (e.g. "
+                            "agent.batch_size=256)"),
 ])
 def test_an_override_of_the_wrong_shape_is_one_error_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -46,6 +54,7 @@ def test_an_override_of_the_wrong_shape_is_one_error_naming_the_key(override: st
     ("checkpoint:\n", "checkpoint is empty; set its keys under it (checkpoint.<key>): every, keep"),
     ("env:\n  kwargs: [1, 2]\n", "env.kwargs holds a list ([1, 2]); expected a mapping (e.g. env.kwargs={name: 1})"),
     ("run_dir: None\n", "run_dir is the text 'None'; write null for no value (YAML's None)"),
+    ("eval_video: 1\n", "eval_video is 1; expected true or false"),
     ("total_env_steps: 1e6\n", "config key 'total_env_steps': Value '1000000.0' of type 'float' could not be "
                                "converted to Integer (write a whole number as digits: 1000000, not 1e6)"),
 ])
@@ -74,3 +83,16 @@ def test_yaml_merge_keys_merge_and_the_mappings_own_keys_win(tmp_path: Path) -> 
     path.write_text("agent:\n  sac:\n    actor_lr: 0.001\n    actor_lr: 0.002\n")  # a repeat is still refused
     with pytest.raises(ConfigError, match="the key 'actor_lr' is given twice"):
         load_config(path)
+
+
+@pytest.mark.parametrize("text", ["", "# my settings, to come\n"])
+def test_a_config_file_with_no_keys_is_refused_and_braces_mean_the_defaults(text: str, tmp_path: Path) -> None:
+    """A file saved empty (or the wrong file) trained the schema's defaults without a word."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (f"config file {str(path)!r} holds no keys (it is empty, or only comments); expected "
+                                 "a mapping of config keys (e.g. 'seed: 0'); write '{}' for the schema's defaults")
+    path.write_text("{}\n")
+    assert load_config(path) == load_config(None)
