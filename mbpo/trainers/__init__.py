@@ -14,12 +14,13 @@ from mbpo.config import Config, RuntimeConfig
 from mbpo.config.schema import as_override
 from mbpo.config.unread import unread_overrides
 from mbpo.trainers.async_trainer import AsyncTrainer
-from mbpo.trainers.base import Trainer
+from mbpo.trainers.base import EnvFactory, Trainer
 from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
 from mbpo.trainers.sync_trainer import SyncTrainer
 
 __all__ = [
-    "AsyncTrainer", "SyncTrainer", "Trainer", "RunAlreadyDone", "trainer_class", "make_trainer", "resume_trainer",
+    "AsyncTrainer", "SyncTrainer", "Trainer", "EnvFactory", "RunAlreadyDone", "trainer_class", "make_trainer",
+    "resume_trainer",
 ]
 
 
@@ -29,21 +30,23 @@ def trainer_class(config: Config) -> type[Trainer]:
 
 
 def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False,
-                   debug: bool | None = None) -> Trainer:
+                   debug: bool | None = None, env_factory: EnvFactory | None = None) -> Trainer:
     """Resume ``run_dir`` with the trainer its checkpoint's config names (the checkpoint is read once);
-    ``debug``: debug mode from here (None: as the run was).
+    ``debug``: debug mode from here (None: as the run was); ``env_factory``: the one the run trained with.
     """
     point = load_for_resume(run_dir, overrides, trust, debug)
-    return trainer_class(point.config).resume(run_dir, overrides, trust, point=point)
+    return trainer_class(point.config).resume(run_dir, overrides, trust, point=point, env_factory=env_factory)
 
 
-def make_trainer(config: Config, run_dir: str | Path, overrides: list[str] | None = None) -> Trainer:
+def make_trainer(config: Config, run_dir: str | Path, overrides: list[str] | None = None,
+                 env_factory: EnvFactory | None = None) -> Trainer:
     """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`); ``overrides``:
-    the command line's, for the note on those its config leaves unread.
+    the command line's, for the note on those its config leaves unread; ``env_factory``: the training envs from
+    Python (see :class:`~mbpo.trainers.base.Trainer`).
     """
     raise_learning_starts_for_n_step(config)
     note_settings_without_effect(config, overrides or [])
-    return trainer_class(config)(config, run_dir)
+    return trainer_class(config)(config, run_dir, env_factory)
 
 
 def raise_learning_starts_for_n_step(config: Config) -> None:

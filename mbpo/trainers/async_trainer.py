@@ -24,7 +24,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,9 @@ from mbpo.runtime.timing import POLL_S, SUPERVISE_EVERY_S
 from mbpo.runtime.weights import WeightStore
 from mbpo.trainers.async_stop import checkpoint_between_cycles, final_checkpoint, state_between_cycles, stop_workers
 from mbpo.trainers.async_telemetry import AsyncTelemetry
-from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
+from mbpo.trainers.base import INTERVAL_COLUMNS, EnvFactory, Trainer
 
 __all__ = ["AsyncTrainer", "EnvFactory"]
-
-EnvFactory = Callable[[int, int, int], envs.VecEnv]
-"""``(collector_id, incarnation, seed) -> VecEnv``: how collectors get their envs (tests wrap faults in)."""
 
 
 class AsyncTrainer(Trainer):
@@ -62,8 +58,7 @@ class AsyncTrainer(Trainer):
 
     def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
         self.num_collectors = 1 if config.debug else config.runtime.num_collectors
-        self._env_factory = env_factory
-        super().__init__(config, run_dir)
+        super().__init__(config, run_dir, env_factory)
 
     def _build_runtime(self, config: Config) -> None:
         rt = config.runtime

@@ -46,7 +46,14 @@ from mbpo.run.run_dir import (
 )
 from mbpo.run.throughput import RATE_COLUMNS, Throughput
 from mbpo.run.video import EvalVideos
-from mbpo.runtime.env_builder import EnvContractError, build_env, check_env, check_interface, env_label
+from mbpo.runtime.env_builder import (
+    EnvContractError,
+    build_env,
+    check_env,
+    check_interface,
+    collector_env_from,
+    env_label,
+)
 from mbpo.runtime.main_guard import exit_if_a_child_imports_main
 from mbpo.trainers.resume import ResumePoint, load_for_resume
 
@@ -55,7 +62,7 @@ if TYPE_CHECKING:
 
     from mbpo.run.metrics import MetricsLogger
 
-__all__ = ["Trainer", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES", "INTERVAL_COLUMNS"]
+__all__ = ["Trainer", "EnvFactory", "Due", "seed_everything", "crossed", "RESUMABLE_OVERRIDES", "INTERVAL_COLUMNS"]
 
 RECENT_EPISODES = 10  # train_return is the mean of the last this-many finished episodes
 TIME_PARTS = ("env", "act", "update", "model", "eval")
@@ -91,18 +98,25 @@ class Due:
     checkpoint: bool
 
 
+EnvFactory = Callable[[int, int, int], Any]
+"""``(collector_id, incarnation, seed) -> env``: a run's training envs from Python (a VecEnv, or any env that
+``envs.as_vec_env`` wraps); the sync trainer's one env is collector 0's."""
+
+
 class Trainer:
     """The learner side of a run; subclasses bring the training env(s) and the loop."""
 
     exit_code = 0
     """128 + the signal that stopped the last :meth:`run` (130 Ctrl-C, 143 SIGTERM); 0 when it ran to the end."""
 
-    def __init__(self, config: Config, run_dir: str | Path) -> None:
+    def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
         """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
         subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
-        built.
+        built. ``env_factory(collector_id, incarnation, seed)``: the training envs from Python instead of the
+        config's (wrapped by type as ``env.factory``'s are; the evaluation env stays the config's).
         """
         exit_if_a_child_imports_main()  # a collector process importing a script with no __main__ guard
+        self._env_factory = env_factory
         self.config = config
         self.run_dir = Path(run_dir)
         self.utd_ratio = updates_per_transition(config)
@@ -339,6 +353,8 @@ class Trainer:
 
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
+        if self._env_factory is not None:
+            return collector_env_from(self._env_factory, 0, 0, self.seed("env"), self.env_device)
         return build_env(self.config.env, self.config.env.num_envs, self.env_device, self.seed("env"))
 
     def policy_batches(self, count: int) -> Iterator[Any]:
@@ -495,15 +511,16 @@ class Trainer:
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | None = None, trust: bool = False,
-               point: ResumePoint | None = None) -> Trainer:
+               point: ResumePoint | None = None, env_factory: EnvFactory | None = None) -> Trainer:
         """Rebuild the run in ``run_dir`` from its newest loadable checkpoint and that checkpoint's config.
 
         Only keys that do not change what was built may be overridden (how long
         and how often: ``RESUMABLE_OVERRIDES``); anything else is a ConfigError.
-        Raises :class:`RunAlreadyDone` for a run that has nothing left to do.
+        Raises :class:`RunAlreadyDone` for a run that has nothing left to do. A run trained with an
+        ``env_factory`` goes on with the same one.
         """
         point = point or load_for_resume(run_dir, overrides, trust)
-        trainer = cls(point.config, point.run_dir)
+        trainer = cls(point.config, point.run_dir, env_factory)
         trainer.load_state_dict(point.state)
         trainer.resumed_from = point
         return trainer

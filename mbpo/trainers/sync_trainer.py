@@ -35,7 +35,7 @@ from mbpo.runtime.env_builder import check_training_env, env_label
 from mbpo.runtime.nonfinite import NonFiniteEnvError, reset_poisoned, screen
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.async_stop import final_checkpoint
-from mbpo.trainers.base import INTERVAL_COLUMNS, Trainer
+from mbpo.trainers.base import INTERVAL_COLUMNS, EnvFactory, Trainer
 
 __all__ = ["SyncTrainer"]
 
@@ -43,8 +43,8 @@ __all__ = ["SyncTrainer"]
 class SyncTrainer(Trainer):
     """Collect, store, update, evaluate, log and checkpoint, one vector step at a time."""
 
-    def __init__(self, config: Config, run_dir: str | Path) -> None:
-        super().__init__(config, run_dir)
+    def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
+        super().__init__(config, run_dir, env_factory)
         self._action_generator = torch.Generator().manual_seed(self.seed("actions"))
         self._n_step = n_step_builder(config.agent, keep_first_step=config.model.enabled)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)
@@ -53,9 +53,9 @@ class SyncTrainer(Trainer):
         """The env took a step that was never stored (it returned a non-finite value under nonfinite=raise): a
         checkpoint then holds no env state, and a resume starts new episodes."""
         self._step_checked = False
+        """The run's first step was held to the contract (check_training_env); no later one is."""
         self._who = env_label(config.env)
         """How errors name the env (once: not per vector step)."""
-        """The run's first step was held to the contract (check_training_env); no later one is."""
 
     def _build_runtime(self, config: Config) -> None:
         self.check_devices()

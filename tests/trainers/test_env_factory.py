@@ -1,4 +1,6 @@
-"""``AsyncTrainer(env_factory=...)`` takes what ``env.factory`` takes: the env is wrapped by its type."""
+"""A trainer's ``env_factory`` takes what ``env.factory`` takes (the env is wrapped by its type), on every trainer,
+and a run trained with one resumes with it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
+from envs.adapters.gymnasium_vector import GymnasiumVecEnv
 from mbpo.config import Config, ConfigError
-from mbpo.trainers import AsyncTrainer
+from mbpo.trainers import AsyncTrainer, make_trainer, resume_trainer
+from tests.conftest import TRAINER_RUNS
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -24,12 +28,25 @@ def not_an_env(collector_id: int, incarnation: int, seed: int) -> Any:
     return {"obs": 0}
 
 
-def test_a_gymnasium_vector_env_from_env_factory_trains_on_every_backend(
-        tiny_config: Callable[..., Config], thread_baseline: int, every_backend: str) -> None:
-    cfg = tiny_config(f"runtime.backend={every_backend}")
-    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=gymnasium_vector_env)
+@pytest.mark.parametrize("trainer_run", ["sync", "thread", "process"])  # a Ray actor builds its env as a child does
+def test_a_gymnasium_vector_env_from_env_factory_trains_on_every_trainer(
+        tiny_config: Callable[..., Config], thread_baseline: int, trainer_run: str) -> None:
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run])
+    trainer = make_trainer(cfg, cfg.run_dir, env_factory=gymnasium_vector_env)
     row = trainer.run()
-    assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["collector_restarts"] == 0
+    assert row["env_steps"] == 384 and len(trainer.buffer) == 384
+    assert isinstance(trainer.env, GymnasiumVecEnv) or trainer_run in ("process", "ray")  # children build theirs
+
+
+@pytest.mark.filterwarnings("ignore:Pendulum-v1 cannot save its simulator state")  # gymnasium's: new episodes
+@pytest.mark.parametrize("trainer_run", ["sync", "thread"])
+def test_a_run_trained_with_an_env_factory_resumes_with_it(
+        tiny_config: Callable[..., Config], thread_baseline: int, trainer_run: str) -> None:
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "total_env_steps=256", "checkpoint.every=128")
+    make_trainer(cfg, cfg.run_dir, env_factory=gymnasium_vector_env).run()
+    trainer = resume_trainer(cfg.run_dir, ["total_env_steps=384"], env_factory=gymnasium_vector_env)
+    assert isinstance(trainer.env, GymnasiumVecEnv) and trainer.env_steps == 256
+    assert trainer.run()["env_steps"] == 384
 
 
 def test_an_env_factory_that_returns_no_env_is_named_with_what_it_returned(
