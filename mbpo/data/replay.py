@@ -6,6 +6,8 @@ Sampling uses a dedicated ``torch.Generator`` so a checkpoint can restore it exa
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
@@ -17,6 +19,19 @@ __all__ = [
     "ModelBuffer", "make_replay_buffer", "sample_real", "sample_batches", "replay_state", "load_replay_state",
     "filled_rows", "as_tensordict", "newest_indices",
 ]
+
+
+class _StorageLines(logging.Filter):
+    """torchrl writes "Initialized LazyTensorStorage with ... shape" to stdout at INFO, at each buffer's first
+    write: a line in the middle of a user's output (or a one-JSON-line benchmark) on every run built from Python,
+    not only from the CLI (which lowers torchrl's level). The rest of torchrl's log is left as it is.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Initialized LazyTensorStorage")
+
+
+logging.getLogger("torchrl").addFilter(_StorageLines())
 
 
 def make_replay_buffer(capacity: int, device: torch.device | str, generator: torch.Generator) -> ReplayBuffer:

@@ -45,3 +45,22 @@ def test_replay_state_round_trips_with_the_write_cursor() -> None:
     rb.extend(batch(3, 2))
     copy.extend(batch(3, 2))
     assert len(copy) == len(rb) == 8 and torch.equal(copy[:]["obs"], rb[:]["obs"])
+
+
+def test_a_buffers_first_write_prints_nothing() -> None:
+    """torchrl's "Initialized LazyTensorStorage" INFO line went to stdout on every run built from Python. What
+    reaches torchrl's handlers is seen by one more handler (its stdout handler holds the stream of its import).
+    """
+    import logging
+
+    seen: list[str] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    torchrl_log = logging.getLogger("torchrl")
+    torchrl_log.addHandler(handler)
+    try:
+        make_replay_buffer(8, "cpu", torch.Generator().manual_seed(0)).extend(batch(2, 0))
+        torchrl_log.info("another torchrl line")
+    finally:
+        torchrl_log.removeHandler(handler)
+    assert seen == ["another torchrl line"]  # the rest of torchrl's log is left as it is
