@@ -163,6 +163,12 @@ def check_first_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:
 
 def check_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:
     """Check what ``env.reset`` returned; returns ``{"obs": dtype}`` when it is a float a float32 cast fits."""
+    if isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], Mapping):  # gymnasium's (obs, info)
+        raise ContractError("reset", "", "a tuple (obs, info), as gymnasium's reset does",
+                            f"the observations alone, a torch.Tensor of shape (num_envs, obs_dim) = "
+                            f"({env.num_envs}, {env.obs_dim})",
+                            "return obs only (a gymnasium VectorEnv needs no change of its own: an env factory may "
+                            "return it as it is, and envs.as_vec_env wraps it)")
     return _check("reset", "obs", obs, torch.float32, (env.num_envs, env.obs_dim), env)
 
 

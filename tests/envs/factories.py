@@ -98,7 +98,8 @@ class BreaksContract(envs.VecEnv):
 
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
               "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
-              "reset_without_keywords", "unbounded_actions", "no_max_episode_steps", "squeezed_reward")
+              "reset_without_keywords", "unbounded_actions", "no_max_episode_steps", "squeezed_reward",
+              "reset_with_info")
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
@@ -134,6 +135,8 @@ class BreaksContract(envs.VecEnv):
         obs = self._obs(self.pendulum.reset(seed=seed, env_ids=env_ids))
         if self.breaks == "nan_first_obs":
             obs[0] = float("nan")
+        if self.breaks == "reset_with_info":  # gymnasium's reset, where ours returns the observations alone
+            return (obs, {})  # type: ignore[return-value]
         return obs
 
     def step(self, actions: torch.Tensor) -> envs.base.StepResult:

@@ -44,6 +44,9 @@ def test_what_the_adapters_hand_on_fits_the_contract(factory: str, kwargs: dict[
                          r".*: return a bool tensor: the comparison that decides it, or terminated > 0.5 for 0/1"),
     ("reward_column", r"^step returned reward of shape \(2, 1\); expected float32 of shape \(num_envs,\) = \(2,\) on "
                       r"cpu .*: return reward.squeeze\(-1\) \(one value per env, no trailing dimension\)$"),
+    ("reset_with_info", r"^reset returned a tuple \(obs, info\), as gymnasium's reset does; expected the "
+                        r"observations alone, a torch.Tensor of shape \(num_envs, obs_dim\) = \(2, 3\) .*: return "
+                        r"obs only \(a gymnasium VectorEnv needs no change of its own"),
     ("no_final_obs", r"^step returned info without 'final_obs' \(keys: \[\]\); expected info\['final_obs'\] on every "
                      r"step: float32 of shape \(num_envs, obs_dim\) = \(2, 3\) on cpu, each finished env's last "
                      r"observation .*: add it \(rows of envs that did not finish are not read"),
