@@ -19,6 +19,7 @@ import pytest
 
 from mbpo.config import Config
 from mbpo.runtime.collectors import CollectorBatch
+from mbpo.runtime.proc_tree import alive, descendants
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import faulty
 
@@ -42,29 +43,12 @@ def listening() -> dict[int, tuple[str, int]]:
     return found
 
 
-def descendants(pid: int) -> set[int]:
-    """``pid`` and every live process below it (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit():
-                children.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
-        except OSError:  # a process that ended meanwhile
-            continue
-    found, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        found.add(p)
-        todo.extend(children.get(p, []))
-    return found
-
-
 def listening_of(pid: int) -> set[tuple[str, int]]:
     """The listening TCP sockets that ``pid`` or a process below it holds: what a run started, not what another
     process on the machine (a training beside the tests) listens on.
     """
     inodes = set()
-    for p in descendants(pid):
+    for p in {pid} | descendants([pid]):
         try:
             for fd in Path(f"/proc/{p}/fd").iterdir():
                 target = os.readlink(fd)
@@ -157,6 +141,25 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
     assert still_listening(opened[0]) == set()
+
+
+def test_a_private_ray_stops_without_waiting_on_the_sigterm_its_processes_block(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.shutdown sends each head process a SIGTERM and waits a second for it: ours block SIGTERM, so every run
+    ended 5 s late, and Ray's agents outlived their raylet by seconds more. None is sent, and none is left.
+    """
+    from mbpo.runtime.backends.ray import start_private_ray, stop_private_ray
+
+    terminated: list[int] = []
+    terminate = subprocess.Popen.terminate
+    monkeypatch.setattr(subprocess.Popen, "terminate", lambda self: (terminated.append(self.pid), terminate(self)))
+    before = descendants([os.getpid()])
+    saved = start_private_ray(ray, num_cpus=1)
+    started = descendants([os.getpid()]) - before
+    assert started
+    stop_private_ray(ray, saved)
+    assert terminated == [] and not ray.is_initialized()
+    assert alive(started) == set()
 
 
 def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(

@@ -40,6 +40,7 @@ from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
 from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
+from mbpo.runtime.proc_tree import descendants, kill_and_wait, stop_all
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.timing import POLL_S, RAY_BEAT_EVERY_S, RAY_START_TIMEOUT_S
 from mbpo.runtime.weights import WeightStore
@@ -87,7 +88,24 @@ def start_private_ray(ray: Any, num_cpus: float) -> tuple[str | None, bool]:
 
 
 def stop_private_ray(ray: Any, saved: tuple[str | None, bool]) -> None:
-    """Shut down the Ray :func:`start_private_ray` started and restore the cluster mode it changed."""
+    """Shut down the Ray :func:`start_private_ray` started and restore the cluster mode it changed.
+
+    Its head processes block SIGTERM (:func:`stop_signals_blocked`), so the SIGTERM ``ray.shutdown`` sends each
+    before its SIGKILL only waited out a second per process (5 s at the end of every run): they get the SIGKILL
+    at once, after the driver has disconnected, as ``ray.shutdown`` orders it, and so do the agents and workers
+    below them, which would otherwise outlive their raylet by seconds; all are gone when it returns.
+    """
+    node: Any = getattr(getattr(ray._private, "worker", None), "_global_node", None)
+    kill_all = getattr(node, "kill_all_processes", None)
+    if kill_all is not None:  # Node.kill_all_processes(check_alive, allow_graceful, wait), which ray.shutdown calls
+        def kill_at_once(check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
+            heads = {info.process.pid for infos in node.all_processes.values() for info in infos}
+            stop_all(heads)  # frozen, raylet starts no worker after the look below
+            below = descendants(heads)  # agents and workers: left alone they go seconds after their raylet
+            kill_and_wait(below, timeout_s=5.0)
+            kill_all(check_alive=check_alive, allow_graceful=False, wait=True)
+
+        node.kill_all_processes = kill_at_once
     ray.shutdown()
     env, constant = saved
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = constant

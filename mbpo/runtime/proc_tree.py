@@ -1,0 +1,75 @@
+"""The processes below a process, from /proc (Linux), and ending them: what a library's own shutdown leaves to
+exit on its own time (Ray's agents and idle workers, once their raylet is killed).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["alive", "descendants", "kill_and_wait", "stop_all"]
+
+
+def descendants(pids: Iterable[int]) -> set[int]:
+    """Every live process below ``pids`` (not ``pids`` themselves); empty where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for d in proc.iterdir() if proc.is_dir() else []:
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    found: set[int] = set()
+    todo = list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def stop_all(pids: Iterable[int]) -> None:
+    """SIGSTOP ``pids`` (which no process can block): frozen, a process starts no child while its tree is read."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_and_wait(pids: Iterable[int], timeout_s: float) -> set[int]:
+    """SIGKILL ``pids`` and wait up to ``timeout_s`` for them to be gone (a zombie counts as gone: its parent
+    reaps it); the ones still there.
+    """
+    pids = set(pids)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = alive(pids)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.01)
+
+
+def alive(pids: Iterable[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie is not: it only waits for its parent to reap it)."""
+    running = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            running.add(pid)
+    return running
