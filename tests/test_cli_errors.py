@@ -450,3 +450,34 @@ def test_a_collector_that_keeps_failing_ends_in_its_own_traceback_and_one_error_
     assert "Traceback" in logged and 'faults.py", line' in logged and "in step" in logged, err[-3000:]
     assert "Traceback" not in lines[0] and "supervisor.py" not in err and "async_trainer.py" not in err, err[-3000:]
     assert "final checkpoint" in err and list((run / "checkpoints").glob("ckpt_*.pt"))
+
+
+@pytest.mark.reliability
+def test_a_run_dir_removed_while_the_run_runs_stops_it_with_one_line_and_is_not_made_again(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics writer made the dir again (parents and all) for a new column, and TensorBoard's writer thread
+    ended in a traceback: a run dir holding the rows after the removal and a checkpoint, said to resume.
+    """
+    import shutil
+
+    from mbpo import cli
+    from mbpo.run.metrics import MetricsLogger
+    from tests.conftest import TRAINER_RUNS
+
+    run = tmp_path / "r"
+    log = MetricsLogger.log
+
+    def remove_after_the_first_row(self: MetricsLogger, row: dict[str, object]) -> None:
+        log(self, row)
+        shutil.rmtree(run)
+
+    monkeypatch.setattr(MetricsLogger, "log", remove_after_the_first_row)
+    code = cli.main(["train", *FAST, "total_env_steps=256", "log_every=64", "eval_every=1000",
+                     "runtime.num_collectors=1", "runtime.collection_batch_size=16", "agent.sac.hidden_sizes=[16,16]",
+                     *TRAINER_RUNS[trainer_run], f"run_dir={run}"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 1 and lines == [f"error: the run dir {run} was removed while the run ran; the run stops, as nothing "
+                                   "more can be recorded there (start it again with `python -m mbpo train`)"], \
+        err[-3000:]
+    assert "Traceback" not in err and not run.exists(), err[-3000:]

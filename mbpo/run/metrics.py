@@ -20,10 +20,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from mbpo.errors import MbpoError
+from mbpo.errors import MbpoError, RunFailedError
 
-__all__ = ["MetricsLogger", "BASE_COLUMNS", "REQUIRED_COLUMNS", "UnreadableMetricsError", "read_metrics",
-           "eval_curve", "read_runs", "note_passed_over"]
+__all__ = ["MetricsLogger", "RunDirRemovedError", "BASE_COLUMNS", "REQUIRED_COLUMNS", "UnreadableMetricsError",
+           "read_metrics", "eval_curve", "read_runs", "note_passed_over"]
 
 BASE_COLUMNS = ["env_steps", "updates", "wall_s", "train_return", "eval_return"]
 REQUIRED_COLUMNS = ("env_steps", "eval_return")
@@ -145,11 +145,18 @@ def _tensorboard(run_dir: Path, resume_at: int | None) -> Any:
     return ResumedTensorboardLogger(exp_name="tb", log_dir=str(run_dir))
 
 
+class RunDirRemovedError(RunFailedError):
+    """The run dir was removed while the run ran: nothing more can be recorded there (and it is not made again,
+    which would leave a run dir holding only the rows written after the removal).
+    """
+
+
 class MetricsLogger:
     """Append rows to ``run_dir/metrics.csv``, mirror scalars to TensorBoard, drive the progress bar."""
 
     def __init__(self, run_dir: str | Path, total_env_steps: int, progress: bool = True, resume_at: int | None = None):
         self.path = Path(run_dir) / "metrics.csv"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.columns = list(BASE_COLUMNS)
         self.rows: list[dict[str, Any]] = []
         if resume_at is not None and self.path.exists():
@@ -167,6 +174,7 @@ class MetricsLogger:
 
     def log(self, row: dict[str, Any]) -> None:
         """Record one row (keys become columns); non-finite or missing values are written empty."""
+        self._check_run_dir()
         row = {k: _clean(v) for k, v in row.items()}
         new = [k for k in row if k not in self.columns]
         self.rows.append(row)
@@ -185,6 +193,7 @@ class MetricsLogger:
         writing a second row for one env step. The ``interval`` columns (rates, time shares) describe the
         resume's few seconds, not the step: the last row keeps its own.
         """
+        self._check_run_dir()
         last = self.rows[-1] if self.rows else None
         if last is None or str(last.get("env_steps")) != str(row.get("env_steps")):
             self.log(row)
@@ -204,7 +213,17 @@ class MetricsLogger:
     def close(self) -> None:
         self.bar.close()
         if self.tensorboard is not None:
-            self.tensorboard.experiment.close()  # flushes and stops the event-writer thread
+            try:
+                self.tensorboard.experiment.close()  # flushes and stops the event-writer thread
+            except FileNotFoundError:  # its events file went with a removed run dir (already said, by log)
+                if self.path.parent.is_dir():
+                    raise
+
+    def _check_run_dir(self) -> None:
+        if not self.path.parent.is_dir():
+            raise RunDirRemovedError(f"the run dir {self.path.parent} was removed while the run ran; the run stops, "
+                                     "as nothing more can be recorded there (start it again with `python -m mbpo "
+                                     "train`)")
 
     def _mirror(self, row: dict[str, Any]) -> None:
         if self.tensorboard is not None:
@@ -212,9 +231,11 @@ class MetricsLogger:
             for key, value in row.items():
                 if key != "env_steps" and isinstance(value, (int, float)):
                     self.tensorboard.log_scalar(key, value, step=step)
+            # on disk before the next row (a row is seconds of training): TensorBoard shows it now, and a run dir
+            # removed meanwhile is found by the next log, not by the writer thread's traceback
+            self.tensorboard.experiment.flush()
 
     def _rewrite(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".csv.tmp")
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self.columns)
