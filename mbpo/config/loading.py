@@ -153,10 +153,23 @@ def _check_shapes(data: Any, cls: Any, prefix: str, where: str) -> None:
             expected = {"mapping": f"a mapping (e.g. {dotted}={{name: 1}})", "value": "one value",
                         "list": f"a list (e.g. {dotted}={default or [256, 256]})"}[want]
             raise ConfigError(f"{where}{dotted} holds a {got} ({value!r}); expected {expected}")
-        if annotation in ("bool", "bool | None") and value is not None and not isinstance(value, bool):
+        if annotation in ("bool", "bool | None") and not _reads_as_bool(value):
             raise ConfigError(f"{where}{dotted} is {value!r}; expected true or false")
         if value == "None" and annotation.endswith("| None"):
             raise ConfigError(f"{where}{dotted} is the text 'None'; write null for no value (YAML's None)")
+
+
+BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "y", "n", "1", "0")
+"""What OmegaConf reads as a bool (any case), besides YAML's own true and false."""
+
+
+def _reads_as_bool(value: Any) -> bool:
+    """A bool, 0 or 1, or one of BOOL_WORDS: OmegaConf would also read 2 (or 0.5) as true."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return value in (0, 1)
+    return isinstance(value, str) and value.strip().lower() in BOOL_WORDS
 
 
 def _switch_learner(cfg: DictConfig, name: Any) -> None:

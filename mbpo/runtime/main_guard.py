@@ -14,7 +14,9 @@ import multiprocessing as mp
 
 from mbpo.errors import MbpoError
 
-__all__ = ["UNGUARDED_MAIN_EXIT", "UnguardedMainError", "exit_if_a_child_imports_main"]
+__all__ = [
+    "COLLECTOR_PROCESS_PREFIX", "UNGUARDED_MAIN_EXIT", "UnguardedMainError", "exit_if_a_child_imports_main",
+]
 
 UNGUARDED_MAIN_EXIT = 78
 """sysexits' EX_CONFIG: the child's exit code when it found a trainer built while it imported the script."""
@@ -31,9 +33,15 @@ class UnguardedMainError(MbpoError):
             "runtime.backend=thread")
 
 
+COLLECTOR_PROCESS_PREFIX = "mbpo-collector-"
+"""How the process backend names its children (``mbpo-collector-<id>.<incarnation>``)."""
+
+
 def exit_if_a_child_imports_main() -> None:
-    """In a spawned process that is still importing the parent's ``__main__``, end the process with
-    :data:`UNGUARDED_MAIN_EXIT` (a clean exit: the parent names the mistake); elsewhere, nothing.
+    """In a collector process that is still importing the parent's ``__main__``, end the process with
+    :data:`UNGUARDED_MAIN_EXIT` (a clean exit: the parent names the mistake); elsewhere, nothing. Another
+    library's spawned child (a process pool's) is left to Python's own message about the missing guard.
     """
-    if getattr(mp.current_process(), "_inheriting", False):  # set by multiprocessing.spawn while it prepares
+    child = mp.current_process()  # spawn names it, and sets _inheriting, before it imports __main__
+    if getattr(child, "_inheriting", False) and child.name.startswith(COLLECTOR_PROCESS_PREFIX):
         raise SystemExit(UNGUARDED_MAIN_EXIT)

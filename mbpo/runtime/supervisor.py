@@ -155,8 +155,10 @@ class CollectorPool:
         if self.restarts >= self.max_restarts:
             spent = f"restart budget spent ({self.restarts}/{self.max_restarts})"
             self.log(f"[mbpo] {what}; {spent}, so the run stops{detail}")
-            raise CollectorFailure(f"{what}; {spent}{': ' + cause_line(error) if error is not None else ''}; "
-                                   "its traceback is above (runtime.max_restarts sets the budget)") from error
+            why = (f": {cause_line(error)}; its traceback is above (runtime.max_restarts sets the budget)"
+                   if error is not None else " (runtime.collector_timeout_s says when a collector is hung, "
+                   "runtime.max_restarts how many restarts a run has)")
+            raise CollectorFailure(f"{what}; {spent}{why}") from error
         self.restarts += 1
         self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"
                  f"{self.max_restarts}){detail}")

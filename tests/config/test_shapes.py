@@ -54,7 +54,7 @@ def test_an_override_of_the_wrong_shape_is_one_error_naming_the_key(override: st
     ("checkpoint:\n", "checkpoint is empty; set its keys under it (checkpoint.<key>): every, keep"),
     ("env:\n  kwargs: [1, 2]\n", "env.kwargs holds a list ([1, 2]); expected a mapping (e.g. env.kwargs={name: 1})"),
     ("run_dir: None\n", "run_dir is the text 'None'; write null for no value (YAML's None)"),
-    ("eval_video: 1\n", "eval_video is 1; expected true or false"),
+    ("eval_video: 2\n", "eval_video is 2; expected true or false"),
     ("total_env_steps: 1e6\n", "config key 'total_env_steps': Value '1000000.0' of type 'float' could not be "
                                "converted to Integer (write a whole number as digits: 1000000, not 1e6)"),
 ])
@@ -96,3 +96,10 @@ def test_a_config_file_with_no_keys_is_refused_and_braces_mean_the_defaults(text
                                  "a mapping of config keys (e.g. 'seed: 0'); write '{}' for the schema's defaults")
     path.write_text("{}\n")
     assert load_config(path) == load_config(None)
+
+
+def test_the_bool_spellings_omegaconf_reads_still_read_as_before() -> None:
+    """run_async.sh installs the video extra for eval_video=1, y, yes or on: each must still turn video on."""
+    for word, value in [("1", True), ("y", True), ("yes", True), ("On", True), ("0", False), ("n", False),
+                        ("off", False), ("false", False)]:
+        assert load_config(None, [f"eval_video={word}"]).eval_video is value, word

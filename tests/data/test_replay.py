@@ -57,10 +57,13 @@ def test_a_buffers_first_write_prints_nothing() -> None:
     handler = logging.Handler(logging.DEBUG)
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
     torchrl_log = logging.getLogger("torchrl")
+    level = torchrl_log.level
     torchrl_log.addHandler(handler)
+    torchrl_log.setLevel(logging.INFO)  # torchrl's own level (the CLI's tests lower it in this process)
     try:
         make_replay_buffer(8, "cpu", torch.Generator().manual_seed(0)).extend(batch(2, 0))
         torchrl_log.info("another torchrl line")
     finally:
         torchrl_log.removeHandler(handler)
+        torchrl_log.setLevel(level)
     assert seen == ["another torchrl line"]  # the rest of torchrl's log is left as it is

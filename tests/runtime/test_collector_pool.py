@@ -99,3 +99,22 @@ def test_without_gaps_a_silent_collector_is_hung_after_the_timeout() -> None:
     checks_until(pool, clock, TIMEOUT_S)
     with pytest.raises(CollectorFailure, match="all 1 collectors are hung"):
         checks_until(pool, clock, TIMEOUT_S + 1.0)
+
+
+class SilentProcess(SilentThread):
+    """A silent collector that can be killed (a process or an actor): it is replaced, within the budget."""
+
+    killable = True
+
+
+def test_a_hung_collector_past_the_budget_names_the_settings_not_a_traceback() -> None:
+    """A hang has no traceback: the error once said "its traceback is above", over nothing."""
+    clock, logs = Clock(), []
+    pool = CollectorPool(1, lambda cid, inc: SilentProcess(clock), Gate(), max_restarts=0,  # type: ignore[arg-type]
+                         timeout_s=TIMEOUT_S, log=logs.append, clock=clock)
+    pool.start()
+    with pytest.raises(CollectorFailure) as info:
+        checks_until(pool, clock, TIMEOUT_S + 1)
+    assert str(info.value).endswith("terminated it; restart budget spent (0/0) (runtime.collector_timeout_s says when "
+                                    "a collector is hung, runtime.max_restarts how many restarts a run has)")
+    assert "traceback" not in str(info.value) and "Traceback" not in "".join(logs)

@@ -102,6 +102,24 @@ def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tm
     assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
 
 
+@pytest.mark.parametrize("name, exits", [("mbpo-collector-0.0", True), ("SpawnPoolWorker-1", False),
+                                         ("MainProcess", False)])
+def test_only_a_collector_process_that_imports_main_exits_78(
+        name: str, exits: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another library's spawned child (a process pool's) keeps Python's own message about the missing guard."""
+    from mbpo.runtime.main_guard import UNGUARDED_MAIN_EXIT, exit_if_a_child_imports_main
+
+    child = mp.current_process()
+    monkeypatch.setattr(child, "_inheriting", True, raising=False)
+    monkeypatch.setattr(child, "name", name)
+    if exits:
+        with pytest.raises(SystemExit) as info:
+            exit_if_a_child_imports_main()
+        assert info.value.code == UNGUARDED_MAIN_EXIT
+    else:
+        exit_if_a_child_imports_main()
+
+
 @pytest.mark.timeout(60)
 def test_a_sac_collector_child_starts_without_torchrl() -> None:
     """What a SAC collector process or Ray actor imports to build its env and policy leaves torchrl out: its

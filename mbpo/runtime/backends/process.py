@@ -50,7 +50,7 @@ from mbpo.runtime.collectors import (
 )
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
-from mbpo.runtime.main_guard import UNGUARDED_MAIN_EXIT, UnguardedMainError
+from mbpo.runtime.main_guard import COLLECTOR_PROCESS_PREFIX, UNGUARDED_MAIN_EXIT, UnguardedMainError
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -101,7 +101,7 @@ class ProcessCollector(CollectorLoop):
         parent_end, child_end = b.ctx.Pipe()
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
                                                                    b.beats),
-                                     name=f"mbpo-collector-{self.collector_id}.{self.incarnation}")
+                                     name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
         # Ctrl-C reaches the whole process group, children too: blocked from here, the child inherits the block
         # through spawn's exec and only lifts it once it ignores SIGINT (collector_main), so a Ctrl-C while it
         # imports cannot print a KeyboardInterrupt traceback; the trainer stops its children itself.

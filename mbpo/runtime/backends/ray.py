@@ -100,10 +100,11 @@ def stop_private_ray(ray: Any, saved: tuple[str | None, bool]) -> None:
     if kill_all is not None:  # Node.kill_all_processes(check_alive, allow_graceful, wait), which ray.shutdown calls
         def kill_at_once(check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
             heads = {info.process.pid for infos in node.all_processes.values() for info in infos}
-            stop_all(heads)  # frozen, raylet starts no worker after the look below
-            below = descendants(heads)  # agents and workers: left alone they go seconds after their raylet
-            kill_and_wait(below, timeout_s=5.0)
-            kill_all(check_alive=check_alive, allow_graceful=False, wait=True)
+            try:
+                stop_all(heads)  # frozen, raylet starts no worker after the look below
+                kill_and_wait(descendants(heads), timeout_s=5.0)  # agents, workers: they outlive raylet by seconds
+            finally:  # never leaves the heads frozen (a second Ctrl-C meanwhile)
+                kill_all(check_alive=check_alive, allow_graceful=False, wait=True)
 
         node.kill_all_processes = kill_at_once
     ray.shutdown()
