@@ -125,6 +125,16 @@ class CollectorSetup:
     """env.id, for the task's rules a planning collector's model needs (model.lookahead)."""
     env_label: str = "the env"
     """How errors name the env (mbpo.runtime.env_builder.env_label: its factory, else its id)."""
+    resumed_at: int = 0
+    """The env steps the run resumed from (0: a new run). Collector seeds come from (seed, collector, restart);
+    without this a resumed run's collectors drew the streams the run began with again: its first reset states
+    and random actions, transitions the replay buffer already held."""
+
+    def stream_seed(self, seed: int) -> int:
+        """The seed of a collector's streams (its env's resets, its actions): ``seed``, or after a resume one
+        derived from it and the resume point.
+        """
+        return derive(seed, "resumed_at", self.resumed_at) if self.resumed_at else seed
 
 
 class Collector(Protocol):

@@ -445,6 +445,7 @@ class AsyncTrainer(Trainer):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        self.setup.resumed_at = self.env_steps  # its collectors draw new streams, not the run's first ones
         t = state["trainer"]
         self.gate.discarded = int(t.get("discarded", 0))  # 0 in checkpoints that predate it
         self._cadence_env_steps = t.get("cadence_env_steps")

@@ -87,8 +87,9 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
 
         beat()
         env = spec.build_env()
-        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
-        stepper = EnvStepper(cid, setup, env, policy, spec.action_seed, beat)
+        seed = setup.stream_seed(spec.action_seed)
+        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
+        stepper = EnvStepper(cid, setup, env, policy, seed, beat)
         conn.send(("ready", os.getpid()))
         cpu_since_last = CpuSinceLast()
         while True:

@@ -59,8 +59,9 @@ class CollectorActor:
         self._stepped = time.monotonic()
         self._cpu_since_last = CpuSinceLast()
         self.env = spec.build_env()
-        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", spec.action_seed)
-        self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, spec.action_seed, self._beat)
+        seed = setup.stream_seed(spec.action_seed)
+        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
+        self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, seed, self._beat)
 
     def _beat(self) -> None:
         self._stepped = time.monotonic()

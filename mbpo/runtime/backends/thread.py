@@ -51,8 +51,9 @@ class ThreadCollector(CollectorLoop):
     def _prepare(self) -> None:
         s = self.setup
         torch.set_num_threads(s.torch_threads)  # intra-op threads are chosen per role
-        policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", self.seed)
-        self._stepper = EnvStepper(self.collector_id, s, self.env, policy, self.seed, self.beat)
+        seed = s.stream_seed(self.seed)
+        policy = self._make_agent(s.agent, s.observation_space, s.action_space, "cpu", seed)
+        self._stepper = EnvStepper(self.collector_id, s, self.env, policy, seed, self.beat)
 
     def _finish(self, handle: CollectorBatch) -> CollectorBatch:
         return handle
