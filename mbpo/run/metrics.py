@@ -101,7 +101,10 @@ def read_runs(run_dirs: Iterable[str | Path], column: str | None = "eval_return"
     for run_dir in map(Path, run_dirs):
         path = run_dir / "metrics.csv"
         if not path.is_file():
-            passed[run_dir] = f"{nothing} (no metrics.csv)"
+            inside = sorted(d.name for d in run_dir.glob("*/") if (d / "metrics.csv").is_file())
+            passed[run_dir] = (f"it holds {len(inside)} run dir(s), not a run ({', '.join(inside[:3])}"
+                               f"{', ...' if len(inside) > 3 else ''}): name them, e.g. {run_dir / '*'}" if inside
+                               else f"{nothing} (no metrics.csv)")
             continue
         try:
             rows = read_metrics(path)

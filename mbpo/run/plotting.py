@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,7 +149,7 @@ def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return"
     None; a label), in order, and why each other one was passed over (:func:`mbpo.run.metrics.read_runs`, or
     its config.yaml or run.json). A path that is not a directory is an error: a typo, not a run in progress.
     """
-    paths = [Path(d) for d in run_dirs]
+    paths = _once([Path(d) for d in run_dirs])
     check_run_dirs(paths)
     read, passed = read_runs(paths, column)
     runs = []
@@ -160,6 +161,17 @@ def load_runs(run_dirs: Sequence[str | Path], column: str | None = "eval_return"
         except MbpoError as exc:
             passed[run_dir] = f"unreadable: {' '.join(str(exc).split())}"
     return runs, {d: passed[d] for d in paths if d in passed}
+
+
+def _once(paths: list[Path]) -> list[Path]:
+    """Each run dir once (overlapping globs name one twice: it would count as two seeds), with a note."""
+    seen: dict[Path, list[Path]] = {}
+    for path in paths:
+        seen.setdefault(path.resolve(), []).append(path)
+    for given in seen.values():
+        if len(given) > 1:
+            print(f"{NOTE} {given[0]} was given {len(given)} times: one run, drawn once", file=sys.stderr)
+    return [given[0] for given in seen.values()]
 
 
 def check_run_dirs(run_dirs: list[Path]) -> None:

@@ -138,3 +138,19 @@ def test_runs_with_one_label_but_other_settings_get_curves_of_their_own_naming_t
     assert data[f"{label} [agent.batch_size=256, env.num_envs=1, eval_every=500]"]["seeds"] == [0]
     assert len(data) == 3
     assert list(curves(seeds)) == [label]  # alone, the seeds keep the plain label
+
+
+def test_a_run_dir_given_twice_is_one_run_and_a_parent_of_runs_is_named_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Overlapping globs drew one run as two seeds (its median and range from a duplicate), and ``plot runs``
+    (TensorBoard's --logdir habit) said "no evaluations yet" of a dir whose runs had evaluated.
+    """
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run = run_dir(runs, "a", EVALUATED)
+    (drawn,) = curves([run, Path(f"{run}/"), runs / "." / "a"]).values()
+    assert drawn["seeds"] == [0]
+    assert capsys.readouterr().err == f"[mbpo] plot: {run} was given 3 times: one run, drawn once\n"
+    assert cli.main(["plot", str(runs), "--out", str(tmp_path / "p.png")]) == 2
+    assert capsys.readouterr().err == (f"error: no run to plot: {runs}: it holds 1 run dir(s), not a run (a): name "
+                                       f"them, e.g. {runs / '*'}\n")
