@@ -19,6 +19,7 @@ import difflib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -191,7 +192,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device = DevicePlan.resolve(args.device or config.device).device
     except envs.DeviceUnavailableError as exc:
         if args.device is not None:
-            raise
+            raise as_flag(exc) from None
         raise MbpoError(f"the checkpoint's run trained with device={config.device!r}, which this machine does not "
                         f"have ({exc}); evaluate it here with --device cpu") from None
     # the run's env id or factory, as it trained
@@ -290,8 +291,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         fits = f" to at most {exc.fits:,}" if exc.fits else ""
         raise MbpoError(f"--num-envs {args.num_envs:,} {args.env} envs are more than {args.device} has memory for; "
                         f"lower --num-envs{fits}") from None
+    except envs.DeviceUnavailableError as exc:
+        raise as_flag(exc) from None
     print(json.dumps(result))
     return 0
+
+
+def as_flag(exc: Exception) -> MbpoError:
+    """A device error in the command's own words: ``--device 'cuda'``, not the config's ``device='cuda'``."""
+    return MbpoError(re.sub(r"\bdevice=('[^']*')", r"--device \1", str(exc)))
 
 
 def _device(value: str) -> str:
@@ -378,11 +386,24 @@ def _mistyped_command(argv: list[str]) -> str | None:
     return None
 
 
+def _command_first(argv: list[str]) -> list[str]:
+    """``--config X train ...`` as ``train --config X ...``: options before the command are its options (argparse
+    read the config's path as the command).
+    """
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in OPTIONS_WITH_VALUES else 1
+    if 0 < i < len(argv) and argv[i] in COMMANDS:
+        return [argv[i], *argv[:i], *argv[i + 1:]]
+    return argv
+
+
 def _overrides_last(argv: list[str]) -> list[str]:
     """Reorder to ``command, options, positionals, key=value overrides``, so overrides may stand anywhere:
     ``train seed=1 --config X steps=2`` parses like ``train --config X seed=1 steps=2`` (argparse stops
     filling a positional list at the first option).
     """
+    argv = _command_first(argv)
     if not argv or argv[0] not in COMMANDS:
         return argv
     options: list[str] = []

@@ -155,6 +155,12 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp
     assert debug.stderr.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")
 
 
+def test_options_before_the_command_are_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse read ``--config X train`` as the command ``X`` ("invalid choice")."""
+    line = error_line(capsys, "--config", "configs/pendulum_sac.yaml", "train", "env.num_envs=0")
+    assert line == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
+
+
 def test_mistakes_that_once_ended_in_a_traceback_or_a_run_are_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = error_line(capsys, "train", "--config", "configs/cartpole_dqn.yaml", "agent.sac.crossq=true", *FAST)
@@ -269,6 +275,12 @@ def test_a_seed_no_generator_takes_is_refused_by_eval_and_rollout(
     with pytest.raises(SystemExit) as caught:
         cli.main([*command, "--seed", seed])
     assert caught.value.code == 2 and f"argument --seed: {expected}" in capsys.readouterr().err
+
+
+def test_a_device_this_machine_lacks_is_named_by_the_commands_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """rollout and eval take --device; the error named the config's spelling, device='cuda:99'."""
+    line = error_line(capsys, "rollout", "--env", "Pendulum-v1", "--device", "cuda:99", "--steps", "1")
+    assert line.startswith("error: --device 'cuda:99' was requested but this machine has ") and "device=" not in line
 
 
 def test_rollout_names_its_own_option_for_too_many_envs(capsys: pytest.CaptureFixture[str]) -> None:
