@@ -87,9 +87,11 @@ def check_snapshot(snapshot: Any, where: str, finite: bool = True, path: str = "
             check_snapshot(value, where, finite, f"{path}[{key!r}]")
 
 
-def switches(num_collectors_asked: int, backend: str = "thread") -> list[str]:
+def switches(num_collectors_asked: int, backend: str = "thread", model: bool = False, discrete: bool = False,
+             in_collector: bool = False) -> list[str]:
     """One line per debug switch saying whether it is really in effect here (in this process: a collector
-    process reports its own, in the same words).
+    process reports its own, in the same words, and only the checks it runs). ``model``: the run has one (its
+    hand-offs and elite indices are checked); ``discrete``: actions are checked against the Discrete space.
     """
     cuda_built = torch.version.cuda is not None
     lines = []
@@ -108,12 +110,19 @@ def switches(num_collectors_asked: int, backend: str = "thread") -> list[str]:
         else:
             state = f"set to {value}: every CUDA kernel launch is synchronous"
         lines.append(f"{var}: {state}")
+    checked = "device, dtype, shape, finiteness" + (", actions inside the Discrete space" if discrete else "")
+    if in_collector:  # what this collector's own process checks; the trainer reports the rest
+        where = {"process": "collector -> ring write", "ray": "collector -> object store"}.get(backend, "collector")
+        return [*lines, f"hand-off checks ({checked}): on at {where}"]
+    sent = {"process": "collector -> ring write, ring read", "ray": "collector -> object store"}.get(
+        backend, "collector -> queue")
+    handoffs = [sent, "queue -> replay", "replay -> learner", *(["model rollouts -> model buffer"] if model else []),
+                "snapshot -> collectors"]
     lines += [
         f"autograd anomaly detection: {'on' if torch.is_anomaly_enabled() else 'off'}",
         f"collectors: 1 (config asked {num_collectors_asked}); queue: {DEBUG_QUEUE_SIZE} batches",
-        "hand-off checks (device, dtype, shape, finiteness): on at collector->queue, "
-        f"{'ring write, ring read, ' if backend == 'process' else ''}queue->replay, replay->learner, "
-        "model->model buffer, snapshot->collector",
-        "host-side bounds checks: on for replay-buffer sample indices and elite indices",
+        f"hand-off checks ({checked}): on at {', '.join(handoffs)}",
+        "host-side bounds checks: on for replay-buffer sample indices"
+        + (", rollout start states and elite indices" if model else ""),
     ]
     return lines

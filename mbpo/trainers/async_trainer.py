@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 import envs
@@ -189,7 +190,8 @@ class AsyncTrainer(Trainer):
         torch.set_num_threads(cfg.runtime.learner_threads)
         if cfg.debug:
             torch.autograd.set_detect_anomaly(True)
-            for line in switches(cfg.runtime.num_collectors, cfg.runtime.backend):
+            for line in switches(cfg.runtime.num_collectors, cfg.runtime.backend, model=self.model is not None,
+                                 discrete=isinstance(self.env.action_space, gym.spaces.Discrete)):
                 print(f"[mbpo debug] {line}", file=sys.stderr)
         try:
             with StopOnSignals(self.stop_event, self._stopping) as signals:

@@ -63,3 +63,14 @@ def test_debug_mode_stops_a_run_at_the_collector_that_handed_over_a_bad_action(
                                          error[0]), error
     with pytest.raises(RuntimeError, match="index 2 is out of bounds"):
         cli.main([*args, f"run_dir={tmp_path / 'plain'}"])
+
+
+def test_the_debug_report_names_only_the_checks_the_run_makes() -> None:
+    """A DQN run without a model was told of model and elite-index checks, and not of the action-bounds check."""
+    from mbpo.device.checks import switches
+
+    dqn = "\n".join(switches(4, "thread", model=False, discrete=True))
+    assert "collectors: 1 (config asked 4)" in dqn and "actions inside the Discrete space" in dqn
+    assert "model" not in dqn.replace("model.", "") and "elite" not in dqn
+    mbpo = "\n".join(switches(2, "thread", model=True))
+    assert "model rollouts -> model buffer" in mbpo and "elite indices" in mbpo and "Discrete" not in mbpo

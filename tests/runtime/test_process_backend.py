@@ -269,7 +269,11 @@ def test_debug_mode_children_report_their_switches_and_check_the_ring(
     err = capfd.readouterr().err
     assert "[mbpo debug] collector 0 (pid " in err and "): CUDA_LAUNCH_BLOCKING:" in err  # the child's own words
     assert "[mbpo debug] CUDA_LAUNCH_BLOCKING:" in err  # and the trainer's
-    assert "ring write, ring read" in err
+    child = [line for line in err.splitlines() if line.startswith("[mbpo debug] collector 0 (pid ")]
+    assert child[-1].endswith("): hand-off checks (device, dtype, shape, finiteness): on at collector -> ring write")
+    assert not any("collectors: 1" in line or "replay" in line for line in child), child  # the trainer's, not its
+    assert ("[mbpo debug] hand-off checks (device, dtype, shape, finiteness): on at collector -> ring write, ring "
+            "read, queue -> replay") in err
 
 
 def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = None) -> tuple[int, dict, str]:

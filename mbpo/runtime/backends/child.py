@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 from mbpo.config import EnvConfig
@@ -79,7 +80,8 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
         from mbpo.device.checks import check_transitions, switches
 
         if setup.debug:
-            for line in switches(1, "process"):
+            discrete = isinstance(setup.action_space, gym.spaces.Discrete)
+            for line in switches(1, "process", discrete=discrete, in_collector=True):
                 print(f"[mbpo debug] collector {cid} (pid {os.getpid()}): {line}", file=sys.stderr, flush=True)
 
         def beat() -> None:
