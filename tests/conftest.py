@@ -37,6 +37,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+SET_FOR_GOOD = {"RAY_AUTH_MODE"}
+"""Variables a library sets together with process state it keeps: the first local ``ray.init`` in a process sets
+``RAY_AUTH_MODE=token`` and caches token mode in its C++ config for the process's life. Removed, the Ray nodes a
+later test starts from this process (``ray.cluster_utils.Cluster``) ran without tokens, the driver refused their
+calls ("Missing authorization header"), and every actor was destroyed before it started."""
+
+
 @pytest.fixture(autouse=True)
 def environment_restored() -> Iterator[None]:
     """What a test writes to ``os.environ`` is undone after it, so the next test in the worker, and the processes
@@ -47,7 +54,7 @@ def environment_restored() -> Iterator[None]:
     """
     before = dict(os.environ)
     yield
-    for name in set(os.environ) - set(before):
+    for name in set(os.environ) - set(before) - SET_FOR_GOOD:
         del os.environ[name]
     for name, value in before.items():
         if os.environ.get(name) != value:
