@@ -6,7 +6,7 @@ anything else keeps its traceback. Messages say what was wrong and how to fix it
 
 from __future__ import annotations
 
-__all__ = ["MbpoError", "EnvFaultError", "RunFailedError", "env_fault"]
+__all__ = ["MbpoError", "EnvFaultError", "RemoteMbpoError", "RunFailedError", "remote_mbpo_error"]
 
 
 class MbpoError(Exception):
@@ -34,15 +34,32 @@ class EnvFaultError(MbpoError):
         return type(self), (str(self), self.detail)
 
 
-def env_fault(type_name: str, message: str, detail: str) -> EnvFaultError | None:
-    """The :class:`EnvFaultError` a child process reported by its type's name; None for any other error."""
-    kinds = {cls.__name__: cls for cls in _subclasses(EnvFaultError)}
-    kind = kinds.get(type_name)
-    return None if kind is None else kind(message, detail=detail)
+class RemoteMbpoError(MbpoError):
+    """A user's mistake (an :class:`MbpoError` other than an env fault) that a collector process or Ray actor met,
+    by its message; ``detail`` keeps the type's name and where it was raised. Like the original, it stops the
+    run at once: a restarted collector would meet it again.
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
-def _subclasses(cls: type[EnvFaultError]) -> list[type[EnvFaultError]]:
-    found: list[type[EnvFaultError]] = []
+def remote_mbpo_error(type_name: str, message: str, detail: str) -> MbpoError | None:
+    """The parent-side error for an :class:`MbpoError` a child reported by its type's name (an env fault keeps its
+    type); None for any other error (a bug, or a fault a restart may clear).
+    """
+    faults = {cls.__name__: cls for cls in _subclasses(EnvFaultError)}
+    if type_name in faults:
+        return faults[type_name](message, detail=detail)
+    if type_name in {cls.__name__ for cls in _subclasses(MbpoError)}:
+        return RemoteMbpoError(message, detail=detail)
+    return None
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    sub: type
     for sub in cls.__subclasses__():
         found += [sub, *_subclasses(sub)]
     return found

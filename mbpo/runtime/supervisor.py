@@ -25,10 +25,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from mbpo.errors import EnvFaultError, RunFailedError
+from mbpo.errors import MbpoError, RunFailedError
 from mbpo.runtime.collectors import Collector
 from mbpo.runtime.gate import RatioGate
-from mbpo.runtime.main_guard import UnguardedMainError
 from mbpo.runtime.timing import UNOBSERVED_S
 
 __all__ = ["CollectorPool", "CollectorFailure", "WorkerError", "StopOnSignals", "format_error", "cause_line"]
@@ -144,7 +143,7 @@ class CollectorPool:
         assert error is not None
         c.close()
         self.retired.append(c)
-        if isinstance(error, (EnvFaultError, UnguardedMainError)):  # a restart would meet it again
+        if isinstance(error, MbpoError):  # the user's to fix (an env fault, a factory): a restart meets it again
             raise error
         self._replace(cid, c, f"collector {cid} failed", error)
 

@@ -12,6 +12,7 @@ import pytest
 
 from envs.adapters.gymnasium_vector import GymnasiumVecEnv
 from mbpo.config import Config, ConfigError
+from mbpo.errors import MbpoError, RemoteMbpoError
 from mbpo.trainers import AsyncTrainer, make_trainer, resume_trainer
 from tests.conftest import TRAINER_RUNS
 
@@ -55,3 +56,29 @@ def test_an_env_factory_that_returns_no_env_is_named_with_what_it_returned(
     with pytest.raises(ConfigError, match=r"env_factory tests.trainers.test_env_factory:not_an_env returned "
                                           r"builtins.dict; expected an envs.VecEnv, an rsl_rl VecEnv"):
         AsyncTrainer(cfg, cfg.run_dir, env_factory=not_an_env)
+
+
+def env_for_collector_0_only(collector_id: int, incarnation: int, seed: int) -> Any:
+    """The trainer's env (it asks as collector 0) and collector 0's are envs; collector 1's is not."""
+    return gymnasium_vector_env(collector_id, incarnation, seed) if collector_id == 0 else not_an_env(0, 0, seed)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("backend", ["thread", "process", "ray"])
+def test_a_collector_that_meets_the_users_mistake_stops_the_run_without_a_restart(
+        backend: str, tiny_config: Callable[..., Config], thread_baseline: int,
+        request: pytest.FixtureRequest) -> None:
+    """A user's mistake (an MbpoError: here the factory's) met in a collector is raised at once on every backend,
+    as an env fault is: a restarted collector would meet it again, three restarts later.
+    """
+    if backend == "ray":
+        request.getfixturevalue("module_ray")
+    cfg = tiny_config(*TRAINER_RUNS[backend], "runtime.num_collectors=2", "runtime.max_restarts=3")
+    built: list[AsyncTrainer] = []
+    with pytest.raises(MbpoError, match=r"env_factory tests.trainers.test_env_factory:env_for_collector_0_only "
+                                        r"returned builtins.dict; expected an envs.VecEnv") as info:
+        built.append(make_trainer(cfg, cfg.run_dir, env_factory=env_for_collector_0_only))  # type: ignore[arg-type]
+        built[0].run()  # a thread collector builds its env with the trainer, a process or an actor when it starts
+    assert backend == "thread" or built[0].pool.restarts == 0
+    assert isinstance(info.value, ConfigError if backend == "thread" else RemoteMbpoError)
+    assert backend == "thread" or "collector 1" in info.value.detail, info.value.detail  # where: kept for the log

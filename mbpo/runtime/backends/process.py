@@ -38,7 +38,7 @@ import torch
 from mbpo.config import EnvConfig
 from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
-from mbpo.errors import env_fault
+from mbpo.errors import remote_mbpo_error
 from mbpo.runtime.backends.child import ChildSpec, collector_main
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,
@@ -69,7 +69,7 @@ class CollectorProcessError(RuntimeError):
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
     """The parent-side exception for a child's: the same type where the supervisor decides on it."""
     where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
-    return env_fault(type_name, message, where) or CollectorProcessError(where)
+    return remote_mbpo_error(type_name, message, where) or CollectorProcessError(where)
 
 
 class ProcessCollector(CollectorLoop):

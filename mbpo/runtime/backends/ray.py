@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mbpo.config import EnvConfig, RayConfig
-from mbpo.errors import EnvFaultError, MbpoError
+from mbpo.errors import MbpoError, remote_mbpo_error
 from mbpo.runtime.backends.child import ChildSpec
 from mbpo.runtime.backends.ray_actor import CollectorActor, to_numpy, to_torch
 from mbpo.runtime.collectors import CollectorBatch, CollectorLoop, CollectorSetup, CollectorStopped
@@ -194,7 +194,7 @@ class RayCollector(CollectorLoop):
 
     def _result(self, ref: Any, startup: bool = False) -> Any:
         """``ray.get(ref)`` once ``ray.wait`` says it is ready; heartbeats while waiting; an actor's error or
-        death raised here (a collector's EnvFaultError keeps its type).
+        death raised here (a collector's MbpoError stays one: an env fault keeps its type).
         """
         ray = self.backend.ray
         deadline = time.monotonic() + RAY_START_TIMEOUT_S
@@ -231,11 +231,12 @@ class RayCollector(CollectorLoop):
 
     def _remote_error(self, exc: Any) -> BaseException:
         cause = getattr(exc, "cause", None)
-        text = str(exc)
-        if isinstance(cause, EnvFaultError):
-            return type(cause)(str(cause), detail=text)
         headline = ":" if cause is None else f" {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
-        return RayCollectorError(f"collector {self.collector_id}'s actor (pid {self.pid}) raised{headline}\n{text}")
+        pid = "" if self.pid is None else f" (pid {self.pid})"  # None: it failed before it said
+        where = f"collector {self.collector_id}'s actor{pid} raised{headline}\n{exc}"
+        if isinstance(cause, MbpoError) and (mistake := remote_mbpo_error(type(cause).__name__, str(cause), where)):
+            return mistake
+        return RayCollectorError(where)
 
 
 def _ordered(ray: Any) -> type:

@@ -51,6 +51,10 @@ class CollectorActor:
     """Decorated with ``ray.remote`` by the backend (so importing this module does not need Ray)."""
 
     def __init__(self, spec: ChildSpec) -> None:
+        """What building the env or the policy raised is kept and raised by :meth:`where`, the driver's first call:
+        raised here, Ray would hand the driver an ActorDiedError that keeps only the text, and the driver could
+        not tell a user's mistake (an env fault, a factory that returns no env) from a crash a restart may clear.
+        """
         from mbpo.agents import make_agent
         from mbpo.runtime.collectors import CpuSinceLast, EnvStepper
 
@@ -58,15 +62,22 @@ class CollectorActor:
         torch.set_num_threads(setup.torch_threads)
         self._stepped = time.monotonic()
         self._cpu_since_last = CpuSinceLast()
-        self.env = spec.build_env()
-        seed = setup.stream_seed(spec.action_seed)
-        policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
-        self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, seed, self._beat)
+        self.env: Any = None
+        self._init_error: BaseException | None = None
+        try:
+            self.env = spec.build_env()
+            seed = setup.stream_seed(spec.action_seed)
+            policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
+            self.stepper = EnvStepper(spec.collector_id, setup, self.env, policy, seed, self._beat)
+        except Exception as exc:  # noqa: BLE001 - raised by where(), with its type
+            self._init_error = exc
 
     def _beat(self) -> None:
         self._stepped = time.monotonic()
 
     def where(self) -> dict[str, Any]:
+        if self._init_error is not None:
+            raise self._init_error
         import ray
 
         return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
@@ -89,4 +100,5 @@ class CollectorActor:
                 "env_s": batch.env_s, "act_s": batch.act_s, "planned": batch.planned, "cpu_s": self._cpu_since_last()}
 
     def close(self) -> None:
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
