@@ -3,8 +3,9 @@
 The signal is raised in this process at a chosen moment (``signal.raise_signal``: its handler runs before the
 next line), so each moment is tested deterministically: while the trainer is built (library code that a
 KeyboardInterrupt would cut, e.g. omegaconf's, which then fails with another error), and after the run dir is
-opened but before the first env step. A collector process is spawned with SIGINT blocked, so a Ctrl-C to the
-process group while it imports cannot print a KeyboardInterrupt traceback there; it then ignores SIGINT.
+opened but before the first env step. A collector process starts with SIGINT blocked (its fork server keeps it
+blocked), so a Ctrl-C to the process group while it imports cannot print a KeyboardInterrupt traceback there; it
+then ignores SIGINT.
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ def test_ctrl_c_before_the_first_env_step_leaves_nothing(
 
 def test_a_collector_process_starts_with_sigint_blocked_and_then_ignores_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    start: Callable[[Any], None] = multiprocessing.context.SpawnProcess.start
+    start: Callable[[Any], None] = multiprocessing.context.ForkServerProcess.start
     blocked_at_start: list[bool] = []
     children: dict[int, dict[str, int]] = {}
+    servers: list[int] = []
 
     def spy(process: Any) -> None:
         blocked_at_start.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -98,17 +100,20 @@ def test_a_collector_process_starts_with_sigint_blocked_and_then_ignores_it(
 
     def read_masks(self: Any, item: Any) -> None:  # the child is past its start-up once it sends a batch
         for c in self.pool.collectors.values():
-            status = Path(f"/proc/{c.pid}/status").read_text().splitlines()
-            children[c.pid] = {k: int(v, 16) for k, v in (line.split(":\t") for line in status)
-                               if k in ("SigBlk", "SigIgn")}
+            status = dict(line.split(":\t") for line in Path(f"/proc/{c.pid}/status").read_text().splitlines())
+            children[c.pid] = {k: int(status[k], 16) for k in ("SigBlk", "SigIgn")}
+            server = dict(line.split(":\t") for line in Path(f"/proc/{status['PPid'].strip()}/status").read_text()
+                          .splitlines())  # the fork server: its children start with its mask
+            servers.append(int(server["SigBlk"], 16))
         ingest(self, item)
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", spy)
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", spy)
     monkeypatch.setattr(mbpo.trainers.AsyncTrainer, "_ingest", read_masks)
     assert train("process", tmp_path / "r") == 0, capsys.readouterr().err[-2000:]
     bit = 1 << (signal.SIGINT - 1)
     assert blocked_at_start == [True]
     assert children and all(m["SigIgn"] & bit and not m["SigBlk"] & bit for m in children.values()), children
+    assert servers and all(mask & bit for mask in servers), servers
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the parent's mask is restored
 
 

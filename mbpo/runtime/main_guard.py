@@ -11,6 +11,8 @@ instead, and the trainer reads that code as this mistake.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import sys
 
 from mbpo.errors import MbpoError
 
@@ -29,7 +31,7 @@ class UnguardedMainError(MbpoError):
         super().__init__(
             "runtime.backend=process starts each collector by importing your script again, and that import built "
             "another trainer: the script builds and runs its trainer at its top level. Put that code under "
-            '`if __name__ == "__main__":` (Python\'s rule for the spawn start method), or use '
+            '`if __name__ == "__main__":` (Python\'s rule for the spawn and forkserver start methods), or use '
             "runtime.backend=thread")
 
 
@@ -44,4 +46,6 @@ def exit_if_a_child_imports_main() -> None:
     """
     child = mp.current_process()  # spawn names it, and sets _inheriting, before it imports __main__
     if getattr(child, "_inheriting", False) and child.name.startswith(COLLECTOR_PROCESS_PREFIX):
-        raise SystemExit(UNGUARDED_MAIN_EXIT)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(UNGUARDED_MAIN_EXIT)  # not SystemExit: a fork server's child ends any exception with code 1

@@ -22,7 +22,7 @@ timed-out acquire), releases it and goes on.
 from __future__ import annotations
 
 import time
-from multiprocessing.context import SpawnContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 import torch
@@ -54,7 +54,7 @@ class SharedWeights:
     crosses_processes = True
     """Handed to spawned children: its shared tensors travel as descriptors, its lock by the spawn context."""
 
-    def __init__(self, template: dict[str, Any], ctx: SpawnContext) -> None:
+    def __init__(self, template: dict[str, Any], ctx: SpawnContext | ForkServerContext) -> None:
         self._layout: list[tuple[tuple[str, ...], str, torch.dtype, tuple[int, ...]]] = []
         buffers: dict[str, torch.Tensor] = {}
         for path, value in _leaves(template):

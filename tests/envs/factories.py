@@ -164,3 +164,12 @@ def breaks_contract(num_envs: int, device: str, seed: int, breaks: str, from_ste
     """
     kind = ResetWithoutKeywords if breaks == "reset_without_keywords" else BreaksContract
     return kind(num_envs, device, seed, breaks, from_step)
+
+
+def reports_where_it_runs(num_envs: int, device: str, seed: int) -> envs.VecEnv:
+    """``ours``, after one line on stderr with this process's pid and its ``MBPO_PROBE`` variable."""
+    import os
+    import sys
+
+    print(f"[probe] pid {os.getpid()} MBPO_PROBE={os.environ.get('MBPO_PROBE')}", file=sys.stderr, flush=True)
+    return ours(num_envs, device, seed)

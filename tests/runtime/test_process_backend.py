@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from mbpo.config import Config
 from mbpo.runtime.backends.process import ProcessCollector
 from mbpo.runtime.collectors import CpuSinceLast
 from mbpo.runtime.handoff import NotPlainError, check_plain
+from mbpo.runtime.proc_tree import descendants
 from mbpo.runtime.shared_weights import STARVED_AFTER, SharedWeights
 from mbpo.trainers import AsyncTrainer
 from tests.runtime.conftest import faulty, run_shm_files, shm_names
@@ -85,7 +87,7 @@ def test_a_process_run_with_a_local_env_factory_stops_before_any_child_starts(
 
 @pytest.mark.timeout(90)
 def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tmp_path: Path) -> None:
-    """A spawned child imports the script again; one that builds its trainer at its top level built a second
+    """A collector process imports the script again; one that builds its trainer at its top level built a second
     trainer there (which failed on the run dir in use): "exited with code 1", three restarts, then a traceback.
     """
     script = tmp_path / "train.py"
@@ -102,6 +104,33 @@ def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tm
     assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
 
 
+def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_launch(
+        tiny_config: Callable[..., Config], tmp_path: Path, no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked from a fork server started earlier (here by a first run), a collector would see the environment and
+    stderr the server started with, as they were then: a variable set since (CUDA_VISIBLE_DEVICES, MUJOCO_GL)
+    and a redirected stderr would not reach it. It sees the trainer's at its launch, as a spawned one does.
+    """
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "total_env_steps=128")
+    AsyncTrainer(cfg, cfg.run_dir).run()  # the fork server runs from here on (if no earlier test started it)
+    monkeypatch.setenv("MBPO_PROBE", "set after the server started")
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "total_env_steps=128",
+                      "env.factory=tests.envs.factories:reports_where_it_runs", "env.id=Probe-v0",
+                      f"run_dir={tmp_path / 'second'}")
+    redirected = tmp_path / "stderr.txt"
+    saved = os.dup(2)
+    try:
+        with open(redirected, "w") as f:
+            os.dup2(f.fileno(), 2)
+        trainer = AsyncTrainer(cfg, cfg.run_dir)
+        trainer.run()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    lines = [line for line in redirected.read_text().splitlines() if line.startswith("[probe] pid ")]
+    children = [line for line in lines if not line.startswith(f"[probe] pid {os.getpid()} ")]
+    assert children and all(line.endswith("MBPO_PROBE=set after the server started") for line in children), lines
+
+
 @pytest.mark.parametrize("name, exits", [("mbpo-collector-0.0", True), ("SpawnPoolWorker-1", False),
                                          ("MainProcess", False)])
 def test_only_a_collector_process_that_imports_main_exits_78(
@@ -112,12 +141,10 @@ def test_only_a_collector_process_that_imports_main_exits_78(
     child = mp.current_process()
     monkeypatch.setattr(child, "_inheriting", True, raising=False)
     monkeypatch.setattr(child, "name", name)
-    if exits:
-        with pytest.raises(SystemExit) as info:
-            exit_if_a_child_imports_main()
-        assert info.value.code == UNGUARDED_MAIN_EXIT
-    else:
-        exit_if_a_child_imports_main()
+    exited_with: list[int] = []
+    monkeypatch.setattr(os, "_exit", exited_with.append)  # os._exit: a fork server's child ends SystemExit with 1
+    exit_if_a_child_imports_main()
+    assert exited_with == ([UNGUARDED_MAIN_EXIT] if exits else [])
 
 
 @pytest.mark.timeout(60)
@@ -225,13 +252,16 @@ def test_a_collector_process_that_dies_is_seen_by_its_pipe_closing_and_restarted
     assert f"collector 0's process (pid {trainer.pool.retired[0].pid}) {how}" in capsys.readouterr().err
 
 
-def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[..., Config], no_leaks: None) -> None:
+def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[..., Config], no_leaks: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """``cpu_s`` covers collector processes: what their batches report is CPU the child really used (at most
     what the reaped child used, and most of it: start-up and collection are in, only its exit after the last
     batch, about a second, is left out), and the final row counts it on top of the trainer process's own.
     One collector, which takes every batch of the run (two could leave one without a batch, its start-up
-    unreported, on a loaded machine).
+    unreported, on a loaded machine). Spawned (the start method where there is no forkserver): the kernel counts
+    a child's CPU for the process that reaps it, and a fork server's child is the server's.
     """
+    monkeypatch.setattr("mbpo.runtime.backends.process.collector_context", lambda: mp.get_context("spawn"))
     cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1")
     before, children_before = time.process_time(), _children_cpu_s()
     trainer = AsyncTrainer(cfg, cfg.run_dir)
@@ -298,6 +328,48 @@ def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = N
     assert run_shm_files([proc.pid, *result["pids"]], shm_names()) == set()  # no segment, no semaphore left
     assert "resource_tracker" not in err and "leaked" not in err, err[-2000:]
     return proc.returncode, result, err
+
+
+def _wait_gone(pids: set[int], timeout: float) -> set[int]:
+    """Of ``pids`` (not this process's children), the ones still running after ``timeout`` seconds: a pidfd
+    turns readable when its process ends (a zombie holds no resources, and init may never reap it here).
+    """
+    deadline, left = time.monotonic() + timeout, set()
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+                left.add(pid)
+        finally:
+            os.close(fd)
+    return left
+
+
+@pytest.mark.reliability
+@pytest.mark.timeout(120)
+def test_a_trainer_killed_with_sigkill_leaves_no_collector_and_no_fork_server(tmp_path: Path) -> None:
+    """Nothing can stop collectors for a SIGKILLed trainer: the fork server exits when the trainer does (its
+    end of a pipe closes), and each collector gets SIGKILL when its parent, the server, dies.
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"),
+                             "total_env_steps=100000"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "progress":
+            break
+    below = descendants([proc.pid])
+    children = below - descendants(below)  # the trainer's own: the resource tracker and the fork server
+    servers = [p for p in children if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    collectors = descendants(servers)  # forked from it: the same command line
+    assert len(servers) == 1 and len(collectors) == 2, below
+    proc.kill()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    assert _wait_gone(below, timeout=30) == set()
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ import gymnasium as gym
 import torch
 
 from mbpo.config import EnvConfig
+from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, AsIfSpawned
 from mbpo.runtime.collectors import CollectorSetup, CpuSinceLast, EnvStepper
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -66,10 +67,12 @@ class ChildSpec:
 
 
 def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights: SharedWeights,
-                   beats: torch.Tensor) -> None:
-    """Entry point of the spawned process."""
+                   beats: torch.Tensor, launched: AsIfSpawned) -> None:
+    """Entry point of the collector process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children;
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked until now by the parent (its _launch)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked until now (the fork server's mask): SIGTERM
+    # ends this process again, as the trainer's terminate() and a scheduler's SIGTERM to the group expect
+    launched.apply()  # the trainer's environment and stdout/stderr, not the fork server's
     _die_with_parent(spec.trainer_pid)
     name_semaphores_after(spec.trainer_pid)
     cid, setup = spec.collector_id, spec.setup
@@ -127,12 +130,25 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
 
 
 def _die_with_parent(trainer_pid: int) -> None:
-    """Linux: SIGKILL this process when the trainer dies, so no collector outlives it (a no-op elsewhere)."""
+    """Linux: SIGKILL this process when its parent dies (the fork server, which exits when the trainer does; or
+    the trainer, which spawned it), so no collector outlives the trainer (a no-op elsewhere).
+    """
     if not sys.platform.startswith("linux"):
         return
+    parent = os.getppid()
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    if os.getppid() != trainer_pid:  # the trainer died before the prctl took effect
+    if os.getppid() != parent or not _alive(trainer_pid):  # gone before the prctl took effect
         os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,4 +1,4 @@
-"""``runtime.backend=process``: each collector runs in its own ``spawn``ed process.
+"""``runtime.backend=process``: each collector runs in its own process (forked from a fork server: forkserver.py).
 
 For CPU-bound or flaky simulators (the GIL no longer serialises them, and a
 process stuck in ``env.step`` can be killed), and for several GPUs. What
@@ -25,7 +25,6 @@ weights; a hung one is terminated (SIGTERM, then SIGKILL) and replaced.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -40,6 +39,7 @@ from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
 from mbpo.errors import remote_mbpo_error
 from mbpo.runtime.backends.child import ChildSpec, collector_main
+from mbpo.runtime.backends.forkserver import AsIfSpawned, collector_context
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,
     POLICY_VERSION,
@@ -100,11 +100,11 @@ class ProcessCollector(CollectorLoop):
         check_plain(self.spec, f"collector {self.collector_id}'s spec")
         parent_end, child_end = b.ctx.Pipe()
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
-                                                                   b.beats),
+                                                                   b.beats, AsIfSpawned()),
                                      name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
-        # Ctrl-C reaches the whole process group, children too: blocked from here, the child inherits the block
-        # through spawn's exec and only lifts it once it ignores SIGINT (collector_main), so a Ctrl-C while it
-        # imports cannot print a KeyboardInterrupt traceback; the trainer stops its children itself.
+        # Ctrl-C reaches the whole process group, children too: blocked from here (and in the fork server), the
+        # child starts with it blocked and only lifts it once it ignores SIGINT (collector_main), so a Ctrl-C while
+        # it imports cannot print a KeyboardInterrupt traceback; the trainer stops its children itself.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.process.start()
@@ -240,7 +240,7 @@ class ProcessBackend:
         self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
         self.env, self.env_device = env, str(env_device)
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
-        self.ctx = mp.get_context("spawn")  # never fork: CUDA and threads make it unsafe
+        self.ctx = collector_context()  # forkserver (spawn where there is none); never fork: CUDA, threads
         name_semaphores_after(os.getpid())  # the spawn context's locks below, and the children's
         # An n-step builder closes an env's pending windows when its episode ends: a batch of k vector steps can
         # hold k + n - 1 rows per env (all of them where every env's episode ends on the batch's last step).
