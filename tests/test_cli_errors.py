@@ -484,7 +484,7 @@ def test_a_run_dir_removed_while_the_run_runs_stops_it_with_one_line_and_is_not_
         shutil.rmtree(run)
 
     monkeypatch.setattr(MetricsLogger, "log", remove_after_the_first_row)
-    code = cli.main(["train", *FAST, "total_env_steps=256", "log_every=64", "eval_every=1000",
+    code = cli.main(["train", *FAST, "total_env_steps=256", "log_every=64", "eval_every=1000", "agent.utd_ratio=1",
                      "runtime.num_collectors=1", "runtime.collection_batch_size=16", "agent.sac.hidden_sizes=[16,16]",
                      *TRAINER_RUNS[trainer_run], f"run_dir={run}"])
     err = capsys.readouterr().err
