@@ -3,7 +3,7 @@
 Each start is timed from ``Process.start()`` to the child's first message, after it has imported what a
 collector process imports (``mbpo.runtime.backends.child``, the agents) and built a Pendulum-v1 env: the part of a
 run's start-up, and of each restart, that the start method decides. The first forked start also waits for the
-fork server's imports (once per trainer process) and is reported apart; the median of the ``--starts`` starts
+fork server's imports (once per run) and is reported apart; the median of the ``--starts`` starts
 after it is compared with the median of as many spawned ones.
 
     python benchmarks/collector_start.py [--starts 5]
@@ -53,12 +53,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=5)
     args = parser.parse_args()
-    from mbpo.runtime.backends.forkserver import collector_context
+    from mbpo.runtime.backends.forkserver import ForkServerLease
 
     spawned = [_start_s(mp.get_context("spawn")) for _ in range(args.starts)]
-    forked_ctx = collector_context()
+    lease = ForkServerLease()  # as a process-backend run takes it
+    forked_ctx = lease.context
     first_forked_s = _start_s(forked_ctx)  # the server's imports are in this one
     forked = [_start_s(forked_ctx) for _ in range(args.starts)]
+    lease.release()
     print(json.dumps({
         "benchmark": "collector_start", "starts": args.starts, "start_method": forked_ctx.get_start_method(),
         "spawned_s": round(statistics.median(spawned), 3), "forked_s": round(statistics.median(forked), 3),

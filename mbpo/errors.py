@@ -45,16 +45,14 @@ class RemoteMbpoError(MbpoError):
         self.detail = detail
 
 
-def remote_mbpo_error(type_name: str, message: str, detail: str) -> MbpoError | None:
-    """The parent-side error for an :class:`MbpoError` a child reported by its type's name (an env fault keeps its
-    type); None for any other error (a bug, or a fault a restart may clear).
+def remote_mbpo_error(type_name: str, message: str, detail: str) -> MbpoError:
+    """The parent-side error for an :class:`MbpoError` a child raised (it says so: a type's name alone could be
+    a simulator's own ``ConfigError``), by its type's name: an env fault keeps its type.
     """
     faults = {cls.__name__: cls for cls in _subclasses(EnvFaultError)}
     if type_name in faults:
         return faults[type_name](message, detail=detail)
-    if type_name in {cls.__name__ for cls in _subclasses(MbpoError)}:
-        return RemoteMbpoError(message, detail=detail)
-    return None
+    return RemoteMbpoError(message, detail=detail)
 
 
 def _subclasses(cls: type) -> list[type]:

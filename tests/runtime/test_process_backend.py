@@ -104,14 +104,14 @@ def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tm
     assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
 
 
-def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_launch(
+def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_runs_start(
         tiny_config: Callable[..., Config], tmp_path: Path, no_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forked from a fork server started earlier (here by a first run), a collector would see the environment and
-    stderr the server started with, as they were then: a variable set since (CUDA_VISIBLE_DEVICES, MUJOCO_GL)
-    and a redirected stderr would not reach it. It sees the trainer's at its launch, as a spawned one does.
+    """Forked from a fork server started by an earlier run of the process, a collector saw the environment and
+    stderr that run started with: a variable set since (CUDA_VISIBLE_DEVICES, MUJOCO_GL) and a redirected stderr
+    did not reach it. Each run has its own server, started with what the trainer has at the run's start.
     """
     cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "total_env_steps=128")
-    AsyncTrainer(cfg, cfg.run_dir).run()  # the fork server runs from here on (if no earlier test started it)
+    AsyncTrainer(cfg, cfg.run_dir).run()
     monkeypatch.setenv("MBPO_PROBE", "set after the server started")
     cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1", "total_env_steps=128",
                       "env.factory=tests.envs.factories:reports_where_it_runs", "env.id=Probe-v0",
@@ -261,7 +261,7 @@ def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[.
     unreported, on a loaded machine). Spawned (the start method where there is no forkserver): the kernel counts
     a child's CPU for the process that reaps it, and a fork server's child is the server's.
     """
-    monkeypatch.setattr("mbpo.runtime.backends.process.collector_context", lambda: mp.get_context("spawn"))
+    monkeypatch.setattr(mp, "get_all_start_methods", lambda: ["spawn"])  # as on a platform without forkserver
     cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1")
     before, children_before = time.process_time(), _children_cpu_s()
     trainer = AsyncTrainer(cfg, cfg.run_dir)
@@ -346,6 +346,57 @@ def _wait_gone(pids: set[int], timeout: float) -> set[int]:
         finally:
             os.close(fd)
     return left
+
+
+def _report_signals(conn: Any) -> None:
+    """A child's target: the signals it has blocked as it starts, and its parent (the fork server)."""
+    conn.send((sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), os.getppid()))
+
+
+def test_a_forked_child_starts_with_sigint_blocked_and_takes_sigterm_and_the_server_blocks_both() -> None:
+    """The server blocks both for good; a child started with SIGTERM blocked as well, so the trainer's
+    ``terminate()`` of a collector still importing waited out its grace period (2 s) before the SIGKILL.
+    """
+    from mbpo.runtime.backends.forkserver import ForkServerLease
+
+    lease = ForkServerLease()
+    try:
+        parent, child = lease.context.Pipe()
+        process = lease.context.Process(target=_report_signals, args=(child,))
+        process.start()
+        blocked, server = parent.recv()
+        process.join()
+        status = dict(line.split(":\t") for line in Path(f"/proc/{server}/status").read_text().splitlines())
+    finally:
+        lease.release()
+    assert int(signal.SIGINT) in blocked and int(signal.SIGTERM) not in blocked, blocked
+    mask = int(status["SigBlk"], 16)
+    assert mask >> (signal.SIGINT - 1) & 1 and mask >> (signal.SIGTERM - 1) & 1, status["SigBlk"]
+
+
+def test_no_collector_holds_the_fork_servers_alive_pipe(tiny_config: Callable[..., Config], no_leaks: None) -> None:
+    """The server exits once every holder of its "alive" pipe has closed it, and the stdlib hands every child it
+    forks one: a collector stuck in ``env.step`` kept the server alive past a SIGKILLed trainer, and so itself
+    (it dies with its parent, the server). A collector drops it first thing.
+    """
+    from multiprocessing import forkserver
+
+    cfg = tiny_config("runtime.backend=process")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    alive_fd = cast(Any, forkserver)._forkserver._forkserver_alive_fd
+    pipe = os.readlink(f"/proc/self/fd/{alive_fd}")
+    held: dict[int, bool] = {}
+    ingest = trainer._ingest
+
+    def look(item: Any) -> None:
+        for c in trainer.pool.collectors.values():
+            if c.pid is not None and c.pid not in held:
+                held[c.pid] = any(os.readlink(fd) == pipe for fd in Path(f"/proc/{c.pid}/fd").iterdir())
+        ingest(item)
+
+    trainer._ingest = look  # type: ignore[method-assign]  # a spy in place of the bound method
+    trainer.run()
+    assert pipe.startswith("pipe:[") and len(held) == 2 and not any(held.values()), (pipe, held)
 
 
 @pytest.mark.reliability

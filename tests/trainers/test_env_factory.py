@@ -4,6 +4,7 @@ and a run trained with one resumes with it.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -82,3 +83,34 @@ def test_a_collector_that_meets_the_users_mistake_stops_the_run_without_a_restar
     assert backend == "thread" or built[0].pool.restarts == 0
     assert isinstance(info.value, ConfigError if backend == "thread" else RemoteMbpoError)
     assert backend == "thread" or "collector 1" in info.value.detail, info.value.detail  # where: kept for the log
+    del info, built  # the trainer and its actor handles, released while the Ray they belong to still runs
+    gc.collect()
+
+
+class SimulatorConfigError(RuntimeError):
+    """A simulator's own error, named as mbpo's ConfigError is (set below): not the user's mistake to mbpo."""
+
+
+SimulatorConfigError.__name__ = SimulatorConfigError.__qualname__ = "ConfigError"
+
+
+def env_whose_collector_1_fails_once(collector_id: int, incarnation: int, seed: int) -> Any:
+    if (collector_id, incarnation) == (1, 0):
+        raise SimulatorConfigError("the simulator's licence server is busy")
+    return gymnasium_vector_env(collector_id, incarnation, seed)
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("backend", ["process", "ray"])
+def test_an_error_that_only_shares_a_name_with_a_users_mistake_is_restarted(
+        backend: str, tiny_config: Callable[..., Config], thread_baseline: int,
+        request: pytest.FixtureRequest) -> None:
+    """A collector process or actor says whether its error is an MbpoError; its type's name alone does not."""
+    if backend == "ray":
+        request.getfixturevalue("module_ray")
+    cfg = tiny_config(*TRAINER_RUNS[backend], "runtime.num_collectors=2", "runtime.max_restarts=3")
+    trainer = make_trainer(cfg, cfg.run_dir, env_factory=env_whose_collector_1_fails_once)
+    row = trainer.run()
+    assert row["collector_restarts"] == 1 and row["env_steps"] == 384
+    del trainer
+    gc.collect()

@@ -3,7 +3,7 @@
 Every backend builds :class:`~mbpo.runtime.collectors.Collector` objects; the
 trainer, the gate, the queue and the supervisor do not know which backend made
 them. ``thread`` (mbpo.runtime.backends.thread) is the default; ``process``
-(mbpo.runtime.backends.process) spawns a process per collector; ``ray``
+(mbpo.runtime.backends.process) starts a process per collector; ``ray``
 (mbpo.runtime.backends.ray) runs each as a Ray actor, on any node of a cluster.
 Process and Ray collectors build their envs from the run's env config (plain
 data: an env id, or an ``env.factory`` name the child imports).

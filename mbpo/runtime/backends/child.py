@@ -26,7 +26,8 @@ import gymnasium as gym
 import torch
 
 from mbpo.config import EnvConfig
-from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, AsIfSpawned
+from mbpo.errors import MbpoError
+from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, leave_the_fork_server_alone
 from mbpo.runtime.collectors import CollectorSetup, CpuSinceLast, EnvStepper
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -67,12 +68,11 @@ class ChildSpec:
 
 
 def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights: SharedWeights,
-                   beats: torch.Tensor, launched: AsIfSpawned) -> None:
+                   beats: torch.Tensor) -> None:
     """Entry point of the collector process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the trainer, which stops its children;
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked until now (the fork server's mask): SIGTERM
-    # ends this process again, as the trainer's terminate() and a scheduler's SIGTERM to the group expect
-    launched.apply()  # the trainer's environment and stdout/stderr, not the fork server's
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVER_BLOCKS)  # blocked until now (the fork server's or _launch's)
+    leave_the_fork_server_alone()
     _die_with_parent(spec.trainer_pid)
     name_semaphores_after(spec.trainer_pid)
     cid, setup = spec.collector_id, spec.setup
@@ -120,7 +120,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
 
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
         try:
-            conn.send(("error", type(exc).__name__, str(exc), text))
+            conn.send(("error", type(exc).__name__, str(exc), text, isinstance(exc, MbpoError)))
         except OSError:
             pass
         sys.exit(1)

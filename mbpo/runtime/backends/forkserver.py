@@ -2,14 +2,16 @@
 
 A spawned child is a fresh interpreter that imports torch and tensordict (which imports torch._dynamo) before
 it can step an env: about 4 s of CPU on a 2-core machine, for each collector and each restart. Under Python's
-``forkserver`` start method a server process, started once per trainer process (fork and exec, like a spawned
-child), imports them once; each collector is then forked from that server in milliseconds. The server never
-touches CUDA, so its children may (PyTorch's rule: spawn or forkserver, never fork after CUDA init); it exits
-when the trainer process does. Where the platform lacks forkserver, collectors are spawned.
+``forkserver`` start method a server process (fork and exec, like a spawned child) imports them once; each
+collector is then forked from that server in milliseconds. The server never touches CUDA, so its children may
+(PyTorch's rule: spawn or forkserver, never fork after CUDA init). Where the platform lacks forkserver,
+collectors are spawned.
 
-A forked child inherits the server's environment and file descriptors, not the trainer's: the server's were the
-trainer's when it started, perhaps in an earlier run of the same process. :class:`AsIfSpawned` carries the
-trainer's environment and stdout/stderr at the collector's launch, so it sees what a spawned one would.
+A forked child inherits what the server had when it started (environment, stdout/stderr, CPU affinity, nice
+value, limits), not what the trainer has when it launches the child. So the server lives as long as the
+process-backend runs that use it (:class:`ForkServerLease`): each run starts one with what the trainer has
+then, and the last to close stops it; a collector restarted mid-run sees the run's start, not a variable the
+trainer set since.
 """
 
 from __future__ import annotations
@@ -17,70 +19,82 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-from dataclasses import dataclass, field
-from multiprocessing import forkserver, reduction, resource_tracker
+import threading
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
-__all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "AsIfSpawned", "collector_context"]
+__all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "ForkServerLease", "leave_the_fork_server_alone"]
 
-FORKSERVER_PRELOAD = ("torch", "tensordict")
-"""What the fork server imports before it forks: the bulk of a collector's start-up. Neither touches CUDA."""
+FORKSERVER_PRELOAD = ("torch", "tensordict", "mbpo.runtime.backends.fork_server_hook")
+"""What the fork server imports before it forks: torch and tensordict (the bulk of a collector's start-up;
+neither touches CUDA), and the hook that lets each child it forks take SIGTERM again."""
 
 SERVER_BLOCKS = {signal.SIGINT, signal.SIGTERM}
-"""Blocked in the fork server for good, and in each collector until it has set up its own handling."""
+"""Blocked in the fork server for good: a Ctrl-C or a scheduler's SIGTERM to the process group reaches the
+trainer, which stops its collectors, and not the server, which must outlive them to reap them (their zombies
+would otherwise go to init)."""
 
 
-def collector_context() -> ForkServerContext | SpawnContext:
-    """The forkserver context, its server running (the spawn context where there is no forkserver).
-
-    The server is started with SIGINT and SIGTERM blocked, and keeps that mask for good: a Ctrl-C or a
-    scheduler's SIGTERM to the process group reaches the trainer, which stops its collectors, and not the server,
-    which must outlive them to reap them (their zombies would otherwise go to init). Each collector forked from
-    it starts with both blocked, as a spawned one started with SIGINT blocked through exec, until it ignores
-    SIGINT and takes SIGTERM again itself (``collector_main``). A server already running (an earlier run in this
-    process) is reused.
+def leave_the_fork_server_alone() -> None:
+    """In a collector: drop the server's "alive" pipe that every forked child inherits. The server exits only
+    once every holder has closed it, so a collector stuck in ``env.step`` would keep it alive past a SIGKILLed
+    trainer, and the collector's SIGKILL-on-parent-death (``child._die_with_parent``) would never fire.
     """
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    server: Any = forkserver._forkserver  # the stdlib's, with no public handle on the pipe
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
+
+
+class ForkServerLease:
+    """The process-backend runs of this process that use the fork server. The first starts it (unless one runs
+    already: another library's, reused as it is), the last stops the one it started.
+    """
+
+    _lock = threading.Lock()
+    _holders = 0
+    _ours = False
+
+    def __init__(self) -> None:
+        self.context: ForkServerContext | SpawnContext
+        self._held = False
+        if "forkserver" not in mp.get_all_start_methods():
+            self.context = mp.get_context("spawn")
+            return
+        self.context = mp.get_context("forkserver")
+        with ForkServerLease._lock:
+            if ForkServerLease._holders == 0:
+                ForkServerLease._ours = forkserver._forkserver._forkserver_pid is None  # type: ignore[attr-defined]
+                self.context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+            ForkServerLease._holders += 1
+            self._held = True
+            start_server()
+
+    def release(self) -> None:
+        """Idempotent; after the run's collectors have ended. The last holder stops the server it started (the
+        stdlib's stop waits for it, and it exits once no collector holds its pipe).
+        """
+        with ForkServerLease._lock:
+            if not self._held:
+                return
+            self._held = False
+            ForkServerLease._holders -= 1
+            if ForkServerLease._holders == 0 and ForkServerLease._ours:
+                forkserver._forkserver._stop()  # type: ignore[attr-defined]  # the stdlib's own, since Python 3.8
+                ForkServerLease._ours = False
+
+
+def start_server() -> None:
+    """Start the fork server if it is not running (again, if it died), with :data:`SERVER_BLOCKS` blocked."""
     resource_tracker.ensure_running()  # first: starting it unblocks SIGINT and SIGTERM in this thread
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)
     try:
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    return ctx
-
-
-class _TrainerFd:
-    """One of the trainer's file descriptors, sent to the child when the collector is launched."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self) -> tuple[Any, tuple[Any]]:
-        return _received, (reduction.DupFd(self.fd),)  # the launching popen's
-
-
-def _received(dup: Any) -> int:
-    return int(dup.detach())
-
-
-@dataclass
-class AsIfSpawned:
-    """The trainer's environment and stdout/stderr when it launched the collector (a collector process's args)."""
-
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    stdout: Any = field(default_factory=lambda: _TrainerFd(1))
-    stderr: Any = field(default_factory=lambda: _TrainerFd(2))
-
-    def apply(self) -> None:
-        """In the child, first thing: take them as its own."""
-        os.environ.clear()
-        os.environ.update(self.environ)
-        for fd, received in ((1, self.stdout), (2, self.stderr)):
-            if isinstance(received, int) and received != fd:
-                os.dup2(received, fd)
-                os.close(received)

@@ -39,7 +39,7 @@ from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
 from mbpo.errors import remote_mbpo_error
 from mbpo.runtime.backends.child import ChildSpec, collector_main
-from mbpo.runtime.backends.forkserver import AsIfSpawned, collector_context
+from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, ForkServerLease
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,
     POLICY_VERSION,
@@ -66,10 +66,11 @@ class CollectorProcessError(RuntimeError):
     """A collector process raised (the message holds its traceback), exited or was killed."""
 
 
-def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str) -> BaseException:
-    """The parent-side exception for a child's: the same type where the supervisor decides on it."""
+def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str,
+                 mbpo_error: bool) -> BaseException:
+    """The parent-side exception for a child's: an MbpoError stays one (the supervisor stops the run on it)."""
     where = f"collector {cid}'s process (pid {pid}) raised {type_name}: {message}\n{text}"
-    return remote_mbpo_error(type_name, message, where) or CollectorProcessError(where)
+    return remote_mbpo_error(type_name, message, where) if mbpo_error else CollectorProcessError(where)
 
 
 class ProcessCollector(CollectorLoop):
@@ -100,12 +101,13 @@ class ProcessCollector(CollectorLoop):
         check_plain(self.spec, f"collector {self.collector_id}'s spec")
         parent_end, child_end = b.ctx.Pipe()
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
-                                                                   b.beats, AsIfSpawned()),
+                                                                   b.beats),
                                      name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
-        # Ctrl-C reaches the whole process group, children too: blocked from here (and in the fork server), the
-        # child starts with it blocked and only lifts it once it ignores SIGINT (collector_main), so a Ctrl-C while
-        # it imports cannot print a KeyboardInterrupt traceback; the trainer stops its children itself.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # Ctrl-C reaches the whole process group, children too: blocked from here (and in the fork server, which
+        # start() starts again with this mask if it died), the child starts with it blocked and only lifts it once
+        # it ignores SIGINT (collector_main), so a Ctrl-C while it imports cannot print a KeyboardInterrupt
+        # traceback; the trainer stops its children itself.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)
         try:
             self.process.start()
         finally:
@@ -240,20 +242,25 @@ class ProcessBackend:
         self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
         self.env, self.env_device = env, str(env_device)
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
-        self.ctx = collector_context()  # forkserver (spawn where there is none); never fork: CUDA, threads
-        name_semaphores_after(os.getpid())  # the spawn context's locks below, and the children's
-        # An n-step builder closes an env's pending windows when its episode ends: a batch of k vector steps can
-        # hold k + n - 1 rows per env (all of them where every env's episode ends on the batch's last step).
-        rows = (setup.vector_steps_per_batch + max(setup.agent.n_step - 1, 0)) * setup.num_envs
-        # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
-        # queue's drop_oldest has just displaced.
-        self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
-                               int(setup.observation_space.shape[0]), setup.action_space,
-                               extra_int64=(POLICY_VERSION, COLLECTOR_ID),
-                               extra_float=(DISCOUNT,) if setup.agent.n_step > 1 else (),
-                               first_step=setup.agent.n_step > 1 and setup.keep_first_step)
-        self.shared_weights = SharedWeights(template_snapshot, self.ctx)
-        self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
+        self.lease = ForkServerLease()  # forkserver (spawn where there is none); never fork: CUDA, threads
+        self.ctx = self.lease.context
+        try:
+            name_semaphores_after(os.getpid())  # the spawn context's locks below, and the children's
+            # An n-step builder closes an env's pending windows when its episode ends: a batch of k vector steps can
+            # hold k + n - 1 rows per env (all of them where every env's episode ends on the batch's last step).
+            rows = (setup.vector_steps_per_batch + max(setup.agent.n_step - 1, 0)) * setup.num_envs
+            # Every batch the queue may hold, the ones granted to each collector, and one to spare for a batch the
+            # queue's drop_oldest has just displaced.
+            self.ring = SharedRing(queue.max_size + ProcessCollector.depth * num_collectors + 1, rows,
+                                   int(setup.observation_space.shape[0]), setup.action_space,
+                                   extra_int64=(POLICY_VERSION, COLLECTOR_ID),
+                                   extra_float=(DISCOUNT,) if setup.agent.n_step > 1 else (),
+                                   first_step=setup.agent.n_step > 1 and setup.keep_first_step)
+            self.shared_weights = SharedWeights(template_snapshot, self.ctx)
+            self.beats = torch.zeros(num_collectors, dtype=torch.float64).share_memory_()
+        except BaseException:
+            self.lease.release()
+            raise
         weights.add_mirror(self.shared_weights.write)
 
     def make_collector(self, collector_id: int, incarnation: int) -> ProcessCollector:
@@ -264,4 +271,6 @@ class ProcessBackend:
                                 spec)
 
     def close(self) -> None:
+        """After every collector has ended (the pool closes first)."""
         self.weights.remove_mirror(self.shared_weights.write)
+        self.lease.release()

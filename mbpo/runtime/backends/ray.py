@@ -232,10 +232,10 @@ class RayCollector(CollectorLoop):
     def _remote_error(self, exc: Any) -> BaseException:
         cause = getattr(exc, "cause", None)
         headline = ":" if cause is None else f" {type(cause).__name__}: {(str(cause).splitlines() or [''])[0]}"
-        pid = "" if self.pid is None else f" (pid {self.pid})"  # None: it failed before it said
-        where = f"collector {self.collector_id}'s actor{pid} raised{headline}\n{exc}"
-        if isinstance(cause, MbpoError) and (mistake := remote_mbpo_error(type(cause).__name__, str(cause), where)):
-            return mistake
+        pid = self.pid if self.pid is not None else getattr(exc, "pid", None)  # None: it failed before it said
+        where = f"collector {self.collector_id}'s actor (pid {pid}) raised{headline}\n{exc}"
+        if isinstance(cause, MbpoError):
+            return remote_mbpo_error(type(cause).__name__, str(cause), where)
         return RayCollectorError(where)
 
 
