@@ -6,11 +6,13 @@ Skipped, with the reason, only where the ``ray`` extra is missing; ``./run_async
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -140,6 +142,10 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     stop = {int(signal.SIGINT), int(signal.SIGTERM)}
     assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
+    gc.collect()  # Ray objects no one holds any more
+    deadline = time.monotonic() + 10.0  # a killed process's sockets close as the kernel reaps it
+    while still_listening(opened[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert still_listening(opened[0]) == set()
 
 
