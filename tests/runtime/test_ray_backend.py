@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -45,24 +44,27 @@ def listening() -> dict[int, tuple[str, int]]:
     return found
 
 
-def listening_of(pid: int) -> set[tuple[str, int]]:
-    """The listening TCP sockets that ``pid`` or a process below it holds: what a run started, not what another
-    process on the machine (a training beside the tests) listens on.
+def listening_of(pid: int) -> dict[int, tuple[int, str, int]]:
+    """socket inode -> (holder pid, local address, port) of the listening TCP sockets that ``pid`` or a process
+    below it holds: what a run started, not what another process on the machine (a training beside the tests, a
+    Ray of another xdist worker that takes a freed port next) listens on.
     """
-    inodes = set()
+    held: dict[int, int] = {}
     for p in {pid} | descendants([pid]):
         try:
             for fd in Path(f"/proc/{p}/fd").iterdir():
                 target = os.readlink(fd)
                 if target.startswith("socket:["):
-                    inodes.add(int(target[8:-1]))
+                    held[int(target[8:-1])] = p
         except OSError:  # ended meanwhile, or not ours to read
             continue
-    return {address for inode, address in listening().items() if inode in inodes}
+    return {inode: (held[inode], *address) for inode, address in listening().items() if inode in held}
 
 
-def still_listening(addresses: set[tuple[str, int]]) -> set[tuple[str, int]]:
-    return addresses & set(listening().values())
+def still_listening(opened: dict[int, tuple[int, str, int]]) -> dict[int, tuple[int, str, int]]:
+    """Those of ``opened`` (from :func:`listening_of`) still listening: the same socket, not its port reused."""
+    now = listening()
+    return {inode: held for inode, held in opened.items() if inode in now}
 
 
 def is_loopback(hex_address: str) -> bool:
@@ -125,7 +127,7 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     """
     cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
-    opened: list[set[tuple[str, int]]] = []
+    opened: list[dict[int, tuple[int, str, int]]] = []
     children: list[dict[int, set[int]]] = []
     ingest = trainer._ingest
 
@@ -138,15 +140,12 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
     assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["utd_ratio_realised"] == pytest.approx(2.0)
-    assert opened[0] and all(is_loopback(address) for address, _ in opened[0]), opened[0]
+    assert opened[0] and all(is_loopback(address) for _, address, _ in opened[0].values()), opened[0]
     stop = {int(signal.SIGINT), int(signal.SIGTERM)}
     assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
     gc.collect()  # Ray objects no one holds any more
-    deadline = time.monotonic() + 10.0  # a killed process's sockets close as the kernel reaps it
-    while still_listening(opened[0]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert still_listening(opened[0]) == set()
+    assert still_listening(opened[0]) == {}
 
 
 def test_a_private_ray_stops_without_waiting_on_the_sigterm_its_processes_block(
@@ -327,5 +326,5 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
     assert proc.returncode == code and result["exit_code"] == code, err[-3000:]
     ckpts = sorted((tmp_path / "run/checkpoints").glob("ckpt_*.pt"))
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
-    assert still_listening(opened) == set()  # the private Ray it started is gone
+    assert still_listening(opened) == {}  # the private Ray it started is gone
 
