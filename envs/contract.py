@@ -7,7 +7,9 @@ steps it once with uniformly random actions and checks both: each field is a tor
 shape, on ``env.device``, of its dtype; ``info["final_obs"]`` is there on every step (trainers read it at
 every step: it is the next obs of each env that finished); the optional ``info["final_obs_valid"]`` is bool.
 What does not fit is a :class:`ContractError` naming the field, what it was, what was expected and how to
-fix it. The checks read metadata only (no sync with a GPU).
+fix it. The checks read metadata (no sync with a GPU) but for two: the first observations must be finite, and
+the probe resets the env with its seed a second time to see that ``reset(seed=...)`` seeds it
+(:func:`seed_ignored`).
 
 One mismatch is not an error: obs, reward or ``final_obs`` in another float dtype (float64, float16,
 bfloat16). Cast to float32 they lose nothing the learner keeps (it computes in float32), so the probe lists
@@ -28,7 +30,7 @@ import torch
 from envs.base import StepResult, VecEnv, random_actions
 
 __all__ = ["ContractError", "Probe", "probe", "check_interface", "check_first_reset", "check_reset", "check_step",
-           "as_float32", "Float32Env", "FLOAT32_FIELDS"]
+           "seed_ignored", "as_float32", "Float32Env", "FLOAT32_FIELDS"]
 
 FLOAT32_FIELDS = ("obs", "reward", "final_obs")
 """The fields a float32 cast fits: float32 in the contract, and read by the learner as float32."""
@@ -73,6 +75,9 @@ class Probe:
     info: dict[str, Any]
     float32_fields: dict[str, torch.dtype] = field(default_factory=dict)
     """Fields the env returned in another float dtype (that dtype): :func:`as_float32` casts them."""
+    unseeded: str = ""
+    """What came out differently when the probe reset the env with the same seed again and took the same actions
+    (:func:`seed_ignored`); empty when it came out the same."""
 
 
 def check_interface(env: VecEnv) -> None:
@@ -143,7 +148,27 @@ def probe(env: VecEnv, seed: int) -> Probe:
     step = env.step(actions)
     casts |= check_step(env, step)
     next_obs, reward, terminated, truncated, info = _cast(step, casts)
-    return Probe(_cast_obs(obs, casts), actions, next_obs, reward, terminated, truncated, info, casts)
+    unseeded = seed_ignored(env, seed, obs, actions, step[0])
+    return Probe(_cast_obs(obs, casts), actions, next_obs, reward, terminated, truncated, info, casts, unseeded)
+
+
+def seed_ignored(env: VecEnv, seed: int, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> str:
+    """Reset ``env`` with ``seed`` again and take ``actions`` again: an env that re-seeds every env's random state
+    in ``reset(seed=...)`` returns ``obs`` and ``next_obs`` again (up to float noise a GPU simulator may add).
+    Otherwise what differed, for a warning: such an env trains, but two runs with one seed differ, and so do two
+    evaluations of one policy. An env whose first states draw nothing passes on the reset alone.
+    """
+    again = env.reset(seed=seed)
+    if not _close(again, obs):
+        return f"reset(seed={seed}) returned other observations the second time"
+    if not _close(env.step(actions)[0], next_obs):
+        return f"the same actions after reset(seed={seed}) led to other observations the second time"
+    return ""
+
+
+def _close(a: Any, b: torch.Tensor) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and bool(
+        torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))
 
 
 def check_first_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:

@@ -76,7 +76,8 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
     """Hold ``env``'s first reset and step (seeded by ``seed``, random actions) to the VecEnv contract, before
     anything trains on data of this kind: the learner would otherwise fail far from the cause, and differently
     on each backend. A field that does not fit is an :class:`EnvContractError`; a float field in another float
-    dtype is cast to float32, and one line on stderr says so. Returns the env (wrapped to cast, where it needs
+    dtype is cast to float32, and one line on stderr says so; so does one line when ``reset(seed=...)`` does
+    not seed the env (the run goes on, not reproducible). Returns the env (wrapped to cast, where it needs
     it) and the probe: its transitions, and the fields every env of the run must cast (``float32_fields``).
 
     It steps ``env``: give it an env that a later ``reset(seed=...)`` starts over, such as the evaluation env.
@@ -91,6 +92,11 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
                           for k, d in checked.float32_fields.items())
         print(f"[mbpo] {env_label(config)}: the env returns {found}; converting to float32 at every reset and step "
               "(what the learner computes in; return float32 to save the copy)", file=sys.stderr)
+    if checked.unseeded:
+        print(f"[mbpo] {env_label(config)}: {checked.unseeded}, so the env does not seed its random state in "
+              "reset(seed=...): it trains, but two runs with one seed will differ, and so will two evaluations of "
+              "one policy; seed every env's random draws from that seed (the VecEnv contract, envs/base.py)",
+              file=sys.stderr)
     return envs.as_float32(env, checked.float32_fields), checked
 
 

@@ -99,7 +99,7 @@ class BreaksContract(envs.VecEnv):
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
               "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
               "reset_without_keywords", "unbounded_actions", "no_max_episode_steps", "squeezed_reward",
-              "reset_with_info")
+              "reset_with_info", "reset_ignores_seed", "step_ignores_seed")
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
@@ -109,6 +109,8 @@ class BreaksContract(envs.VecEnv):
         self.pendulum = envs.make("Pendulum-v1", num_envs, device=device, seed=seed)
         self.breaks = breaks
         self.from_step, self.steps = from_step, 0
+        self.unseeded = torch.Generator().manual_seed(seed)
+        """Draws ``reset(seed=...)`` never re-seeds (``reset_ignores_seed``, ``step_ignores_seed``)."""
         """``step``'s break applies from its ``from_step``-th call on (0: from the first): an env that breaks the
         contract only later, where the start-up probe cannot see it."""
         self.num_envs, self.device = self.pendulum.num_envs, self.DEVICES.get(breaks or "", self.pendulum.device)
@@ -132,6 +134,8 @@ class BreaksContract(envs.VecEnv):
         return obs[:, :2] if self.breaks == "obs_shape" else obs
 
     def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if self.breaks == "reset_ignores_seed" and seed is not None:  # seeds from its own stream, not from seed
+            seed = int(torch.randint(2**31, (1,), generator=self.unseeded))
         obs = self._obs(self.pendulum.reset(seed=seed, env_ids=env_ids))
         if self.breaks == "nan_first_obs":
             obs[0] = float("nan")
@@ -145,6 +149,8 @@ class BreaksContract(envs.VecEnv):
         if self.steps <= self.from_step:
             return obs, reward, terminated, truncated, info
         info = {} if self.breaks == "no_final_obs" else {"final_obs": self._obs(info["final_obs"])}
+        if self.breaks == "step_ignores_seed":  # noise from a generator reset(seed=...) does not touch
+            obs = obs + 0.01 * torch.randn(obs.shape, generator=self.unseeded)
         if self.breaks == "squeezed_reward":  # a bug that shows at num_envs=1 only: shape () instead of (1,)
             reward = reward.squeeze()
         return (self._obs(obs), reward.unsqueeze(-1) if self.breaks == "reward_column" else reward,

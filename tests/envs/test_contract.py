@@ -24,13 +24,15 @@ F = "tests.envs.factories"
 def test_every_native_env_fits_the_contract_as_it_is(env_id: str) -> None:
     checked = probe(envs.make(env_id, 3, seed=0), seed=1)
     assert checked.float32_fields == {} and checked.obs.shape[0] == 3 and checked.reward.dtype == torch.float32
+    assert checked.unseeded == ""  # reset(seed=...) seeds it
 
 
 @pytest.mark.parametrize("factory, kwargs", [("ours", {}), ("torchrl_env", {}), ("gymnasium_vector", {}),
                                              ("rsl_rl_env", {})])
 def test_what_the_adapters_hand_on_fits_the_contract(factory: str, kwargs: dict[str, Any]) -> None:
     env = envs.make_from_factory(f"{F}:{factory}", 2, device="cpu", seed=0, **kwargs)
-    assert probe(env, seed=0).float32_fields == {}
+    checked = probe(env, seed=0)
+    assert checked.float32_fields == {} and checked.unseeded == ""
     env.close()
 
 
@@ -71,6 +73,25 @@ def test_a_float64_obs_is_cast_to_float32_on_every_reset_and_step_and_the_rest_r
     assert cast.episode_steps is env.pendulum.episode_steps and int(cast.episode_steps[0]) == 1
     assert as_float32(env, ()) is env  # nothing to cast: the env as it is
     assert probe(cast, seed=0).float32_fields == {}
+
+
+@pytest.mark.parametrize("breaks, says", [
+    ("reset_ignores_seed", "reset(seed=7) returned other observations the second time"),
+    ("step_ignores_seed", "the same actions after reset(seed=7) led to other observations the second time")])
+def test_an_env_that_reset_seed_does_not_seed_is_found_and_still_probed(breaks: str, says: str) -> None:
+    checked = probe(breaks_contract(2, "cpu", 0, breaks), seed=7)
+    assert checked.unseeded == says and checked.float32_fields == {} and checked.next_obs.shape == (2, 3)
+
+
+def test_an_env_whose_first_states_draw_nothing_needs_no_seed() -> None:
+    """A deterministic start (every episode from one state) is reproducible without a seed: no warning."""
+
+    class FixedStart(BreaksContract):
+        def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+            obs = self.pendulum.reset(seed=0, env_ids=env_ids)  # one state, whatever the seed
+            return obs
+
+    assert probe(FixedStart(2, "cpu", 0, None), seed=7).unseeded == ""
 
 
 def test_the_probe_step_changes_nothing_after_a_seeded_reset() -> None:

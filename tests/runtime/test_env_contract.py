@@ -206,6 +206,21 @@ def test_a_float64_obs_is_converted_with_one_line_and_the_run_trains(
     assert row["env_steps"] == 64 and row["updates"] > 0 and row["last_eval_env_steps"] == 64
 
 
+def test_an_env_that_reset_seed_does_not_seed_is_one_line_and_the_run_trains(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not reproducible is not broken: the run goes on, and says once why two runs with its seed will differ."""
+    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=reset_ignores_seed", *TINY, *TRAINER_RUNS[trainer_run],
+                     f"run_dir={tmp_path / 'r'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    said = [line for line in err.splitlines() if "reset(seed=" in line]
+    assert len(said) == 1 and said[0].startswith(f"[mbpo] {WHO}: reset(seed=") and said[0].endswith(
+        "returned other observations the second time, so the env does not seed its random state in reset(seed=...): "
+        "it trains, but two runs with one seed will differ, and so will two evaluations of one policy; seed every "
+        "env's random draws from that seed (the VecEnv contract, envs/base.py)"), said
+    assert json.loads(out.strip().splitlines()[-1])["env_steps"] == 64
+
+
 def test_a_collector_casts_what_the_check_found_wherever_it_runs(tmp_path: Path) -> None:
     """Thread collectors share the trainer's setup; a collector process or Ray actor is sent it in its ChildSpec
     and steps its env through an EnvStepper built from it, as here.
