@@ -155,8 +155,9 @@ def probe(env: VecEnv, seed: int) -> Probe:
 def seed_ignored(env: VecEnv, seed: int, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> str:
     """Reset ``env`` with ``seed`` again and take ``actions`` again: an env that re-seeds every env's random state
     in ``reset(seed=...)`` returns ``obs`` and ``next_obs`` again (up to float noise a GPU simulator may add).
-    Otherwise what differed, for a warning: such an env trains, but two runs with one seed differ, and so do two
-    evaluations of one policy. An env whose first states draw nothing passes on the reset alone.
+    Otherwise what differed, for a warning: such an env trains, but no evaluation (each reseeds it) can be
+    repeated, nor a run unless the env seeds itself when built. An env whose first states draw nothing passes
+    on the reset alone.
     """
     again = env.reset(seed=seed)
     if not _close(again, obs):

@@ -94,8 +94,9 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
               "(what the learner computes in; return float32 to save the copy)", file=sys.stderr)
     if checked.unseeded:
         print(f"[mbpo] {env_label(config)}: {checked.unseeded}, so the env does not seed its random state in "
-              "reset(seed=...): it trains, but two runs with one seed will differ, and so will two evaluations of "
-              "one policy; seed every env's random draws from that seed (the VecEnv contract, envs/base.py)",
+              "reset(seed=...): it trains, but no evaluation can be repeated, and two runs with one seed differ "
+              "unless the env seeds itself when built; seed every env's random draws from reset's seed (the "
+              "VecEnv contract, envs/base.py)",
               file=sys.stderr)
     return envs.as_float32(env, checked.float32_fields), checked
 
