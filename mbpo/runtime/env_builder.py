@@ -48,14 +48,19 @@ def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: i
         raise ConfigError(f"{env_label(env)} {exc.problem}") from exc
 
 
+def factory_name(env_factory: Any) -> str:
+    """``module:qualname`` of a trainer's ``env_factory`` (of its class, for a callable object)."""
+    qualname = getattr(env_factory, "__qualname__", type(env_factory).__name__)
+    return f"{getattr(env_factory, '__module__', '?')}:{qualname}"
+
+
 def collector_env_from(env_factory: Any, collector_id: int, incarnation: int, seed: int,
                        device: str | torch.device) -> envs.VecEnv:
     """What a trainer's ``env_factory(collector_id, incarnation, seed)`` returns, wrapped by its type as
     ``env.factory``'s is (a gymnasium VectorEnv, an rsl_rl or torchrl env); one that is no env is a ConfigError
     naming the factory.
     """
-    qualname = getattr(env_factory, "__qualname__", type(env_factory).__name__)  # a callable object: its class
-    name = f"{getattr(env_factory, '__module__', '?')}:{qualname}"
+    name = factory_name(env_factory)
     try:
         return envs.as_vec_env(env_factory(collector_id, incarnation, seed), device=device, seed=seed, path=name)
     except envs.EnvFactoryError as exc:

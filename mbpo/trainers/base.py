@@ -53,9 +53,10 @@ from mbpo.runtime.env_builder import (
     check_interface,
     collector_env_from,
     env_label,
+    factory_name,
 )
 from mbpo.runtime.main_guard import exit_if_a_child_imports_main
-from mbpo.trainers.resume import ResumePoint, load_for_resume
+from mbpo.trainers.resume import ResumePoint, check_same_env_factory, load_for_resume
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -456,6 +457,7 @@ class Trainer:
             "config": to_yaml(self.config),
             "trainer": self._trainer_state(),
             "env": None,
+            "env_factory": None if self._env_factory is None else factory_name(self._env_factory),
             "agent": self.agent.state_dict(),
             "buffer": replay_state(self.buffer),
             "model": None if self.model is None else self.model.state_dict(),
@@ -520,6 +522,7 @@ class Trainer:
         ``env_factory`` goes on with the same one.
         """
         point = point or load_for_resume(run_dir, overrides, trust)
+        check_same_env_factory(point, env_factory)
         trainer = cls(point.config, point.run_dir, env_factory)
         trainer.load_state_dict(point.state)
         trainer.resumed_from = point

@@ -13,8 +13,9 @@ from mbpo.config import Config, ConfigError, config_from_yaml, describe
 from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import list_checkpoints, load_latest
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs
+from mbpo.runtime.env_builder import env_label, factory_name
 
-__all__ = ["RunAlreadyDone", "ResumePoint", "load_for_resume", "keys_newer_than"]
+__all__ = ["RunAlreadyDone", "ResumePoint", "load_for_resume", "keys_newer_than", "check_same_env_factory"]
 
 
 class RunAlreadyDone(MbpoError):
@@ -98,3 +99,27 @@ def keys_newer_than(stored_yaml: str) -> list[str]:
 
     walk(yaml.safe_load(stored_yaml) or {}, "")
     return [key for key, _, _ in describe() if key not in present]
+
+
+def check_same_env_factory(point: ResumePoint, env_factory: Any) -> None:
+    """A run trained on a Python ``env_factory``'s envs goes on with one, and a run trained on the config's env
+    without one: the config's env id may name the same task, so nothing else would stop a resume that trains
+    on other envs than the run's first part did. A factory by another name (renamed, moved) is one line. A
+    checkpoint that records neither (written before checkpoints said) resumes as asked.
+    """
+    if "env_factory" not in point.state:
+        return
+    trained = point.state["env_factory"]
+    given = None if env_factory is None else factory_name(env_factory)
+    if trained is not None and given is None:
+        raise ConfigError(f"{point.run_dir} trained on the envs of env_factory {trained}, passed from Python; "
+                          f"expected that factory to resume it, got none (the run would build "
+                          f"{env_label(point.config.env)} instead): resume it from Python with it, "
+                          f"mbpo.trainers.resume_trainer(run_dir, env_factory={trained.rsplit(':', 1)[-1]})")
+    if trained is None and given is not None:
+        raise ConfigError(f"{point.run_dir} trained on {env_label(point.config.env)}, built from its config; "
+                          f"expected no env_factory to resume it, got {given}: resume it without one (a run "
+                          "goes on with the envs it trained on)")
+    if trained != given:
+        print(f"[mbpo] resuming {point.run_dir} with env_factory {given}; it trained with {trained}",
+              file=sys.stderr)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
 from envs.adapters.gymnasium_vector import GymnasiumVecEnv
+from mbpo import cli
 from mbpo.config import Config, ConfigError
 from mbpo.errors import MbpoError, RemoteMbpoError
 from mbpo.trainers import AsyncTrainer, make_trainer, resume_trainer
@@ -49,6 +51,50 @@ def test_a_run_trained_with_an_env_factory_resumes_with_it(
     trainer = resume_trainer(cfg.run_dir, ["total_env_steps=384"], env_factory=gymnasium_vector_env)
     assert isinstance(trainer.env, GymnasiumVecEnv) and trainer.env_steps == 256
     assert trainer.run()["env_steps"] == 384
+
+
+def pendulum_renamed(collector_id: int, incarnation: int, seed: int) -> gym.vector.VectorEnv:
+    """gymnasium_vector_env by another name: a factory the user renamed or moved since the run started."""
+    return gymnasium_vector_env(collector_id, incarnation, seed)
+
+
+@pytest.mark.filterwarnings("ignore:Pendulum-v1 cannot save its simulator state")
+def test_a_run_trained_with_an_env_factory_is_not_resumed_on_the_configs_env(
+        tiny_config: Callable[..., Config], thread_baseline: int, trainer_run: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The config names the same task (Pendulum-v1), so only the checkpoint can tell: resumed from the command
+    line, the run is one error line naming the factory and exit 2, and its checkpoints stay as they were.
+    """
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "total_env_steps=256", "checkpoint.every=128")
+    make_trainer(cfg, cfg.run_dir, env_factory=gymnasium_vector_env).run()
+    checkpoints = {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_dir, "checkpoints").iterdir()}
+    capsys.readouterr()
+    assert cli.main(["resume", str(cfg.run_dir), "total_env_steps=384"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {cfg.run_dir} trained on the envs of env_factory tests.trainers.test_env_factory:"
+                      "gymnasium_vector_env, passed from Python; expected that factory to resume it, got none (the "
+                      "run would build env.id='Pendulum-v1' instead): resume it from Python with it, "
+                      "mbpo.trainers.resume_trainer(run_dir, env_factory=gymnasium_vector_env)"]
+    assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_dir, "checkpoints").iterdir()} == checkpoints
+
+
+@pytest.mark.filterwarnings("ignore:Pendulum-v1 cannot save its simulator state")
+def test_a_run_resumes_only_on_the_kind_of_env_it_trained_on_and_a_renamed_factory_is_one_line(
+        tiny_config: Callable[..., Config], capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tiny_config("trainer=sync", "total_env_steps=128", "checkpoint.every=64")
+    make_trainer(cfg, cfg.run_dir).run()
+    with pytest.raises(ConfigError, match=r"trained on env.id='Pendulum-v1', built from its config; expected no "
+                                          r"env_factory to resume it, got tests.trainers.test_env_factory:"
+                                          r"gymnasium_vector_env: resume it without one"):
+        resume_trainer(cfg.run_dir, ["total_env_steps=192"], env_factory=gymnasium_vector_env)
+    factory_run = tiny_config("trainer=sync", "total_env_steps=128", "checkpoint.every=64",
+                              f"run_dir={cfg.run_dir}_factory")
+    make_trainer(factory_run, factory_run.run_dir, env_factory=gymnasium_vector_env).run()
+    capsys.readouterr()
+    trainer = resume_trainer(factory_run.run_dir, ["total_env_steps=192"], env_factory=pendulum_renamed)
+    assert (f"[mbpo] resuming {factory_run.run_dir} with env_factory tests.trainers.test_env_factory:pendulum_renamed; "
+            "it trained with tests.trainers.test_env_factory:gymnasium_vector_env") in capsys.readouterr().err
+    assert trainer.run()["env_steps"] == 192
 
 
 def test_an_env_factory_that_returns_no_env_is_named_with_what_it_returned(
