@@ -292,20 +292,6 @@ def _children_cpu_s() -> float:
     return t.children_user + t.children_system
 
 
-def test_debug_mode_children_report_their_switches_and_check_the_ring(
-        tiny_config: Callable[..., Config], capfd: pytest.CaptureFixture[str], no_leaks: None) -> None:
-    cfg = tiny_config("runtime.backend=process", "debug=true", "total_env_steps=128")
-    AsyncTrainer(cfg, cfg.run_dir).run()
-    err = capfd.readouterr().err
-    assert "[mbpo debug] collector 0 (pid " in err and "): CUDA_LAUNCH_BLOCKING:" in err  # the child's own words
-    assert "[mbpo debug] CUDA_LAUNCH_BLOCKING:" in err  # and the trainer's
-    child = [line for line in err.splitlines() if line.startswith("[mbpo debug] collector 0 (pid ")]
-    assert child[-1].endswith("): hand-off checks (device, dtype, shape, finiteness): on at collector -> ring write")
-    assert not any("collectors: 1" in line or "replay" in line for line in child), child  # the trainer's, not its
-    assert ("[mbpo debug] hand-off checks (device, dtype, shape, finiteness): on at collector -> ring write, ring "
-            "read, queue -> replay") in err
-
-
 def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = None) -> tuple[int, dict, str]:
     """Run tests.runtime.process_run in a fresh interpreter (its own session, like a terminal job); check that
     nothing of its run is left in /dev/shm (its files carry its pid; another process's are not this test's).

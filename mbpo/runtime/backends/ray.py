@@ -171,6 +171,11 @@ class RayCollector(CollectorLoop):
     def _prepare(self) -> None:
         where = self._result(self.actor.where.remote(), startup=True)
         self.pid, self.node_id = where["pid"], where["node_id"]
+        if self.setup.debug:
+            print(f"[mbpo debug] collector {self.collector_id}.{self.incarnation} runs as pid {self.pid} on Ray node "
+                  f"{self.node_id}", file=sys.stderr)
+            for line in where["debug"]:  # the actor's own words, in the process backend's form
+                print(f"[mbpo debug] collector {self.collector_id} (pid {self.pid}): {line}", file=sys.stderr)
 
     def _submit(self, first: int, granted: int) -> Any:
         """Ask the actor for a batch (it runs its batches one after another, in order)."""

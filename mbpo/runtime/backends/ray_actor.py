@@ -76,11 +76,21 @@ class CollectorActor:
         self._stepped = time.monotonic()
 
     def where(self) -> dict[str, Any]:
+        """Where the actor runs, and in debug mode its own report of the debug switches: a Ray worker's
+        environment is its raylet's, not the driver's, so ``CUDA_LAUNCH_BLOCKING`` may be set in one and not
+        the other. The driver prints the lines (a worker's own stderr reaches it late, if at all).
+        """
         if self._init_error is not None:
             raise self._init_error
+        import gymnasium as gym
         import ray
 
-        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+        from mbpo.device.checks import switches
+
+        setup = self.spec.setup
+        report = (switches(1, "ray", discrete=isinstance(setup.action_space, gym.spaces.Discrete), in_collector=True)
+                  if setup.debug else [])
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(), "debug": report}
 
     def seconds_since_step(self) -> float:
         return time.monotonic() - self._stepped  # relative: clocks of different machines are not compared
