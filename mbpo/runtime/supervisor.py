@@ -75,6 +75,8 @@ class CollectorPool:
         """(start, end) of the gaps between checks longer than UNOBSERVED_S: time no collector is blamed for."""
         self.collectors: dict[int, Collector] = {i: make_collector(i, 0) for i in range(num_collectors)}
         self.restarts = 0
+        self._paid: set[str] = set()
+        """Shared causes of failure (``shared_cause``) a restart has already been counted for."""
         self.hung: set[int] = set()
         self.retired: list[Collector] = []
         """Failed or hung incarnations (joined at close)."""
@@ -148,8 +150,17 @@ class CollectorPool:
         self._replace(cid, c, f"collector {cid} failed", error)
 
     def _replace(self, cid: int, c: Collector, what: str, error: BaseException | None) -> None:
-        """Start the next incarnation from the newest weights while the restart budget lasts."""
+        """Start the next incarnation from the newest weights while the restart budget lasts. Collectors that
+        failed of one cause (an error's ``shared_cause``: the fork server they were forked from died) cost the
+        budget one restart: the first pays, the rest restart free.
+        """
         self.failures.append((cid, c.incarnation, self.clock(), c.last_beat, what))
+        shared = getattr(error, "shared_cause", None)
+        if shared is not None and shared in self._paid:
+            self.log(f"[mbpo] {what}: {shared}, as for an earlier restart; restarting it from the newest weights "
+                     f"(not counted again: restart {self.restarts}/{self.max_restarts})")
+            self._start_next(cid, c)
+            return
         detail = f":\n{format_error(error)}" if error is not None else ""
         if self.restarts >= self.max_restarts:
             spent = f"restart budget spent ({self.restarts}/{self.max_restarts})"
@@ -159,8 +170,13 @@ class CollectorPool:
                    "runtime.max_restarts how many restarts a run has)")
             raise CollectorFailure(f"{what}; {spent}{why}") from error
         self.restarts += 1
+        if shared is not None:
+            self._paid.add(shared)
         self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"
                  f"{self.max_restarts}){detail}")
+        self._start_next(cid, c)
+
+    def _start_next(self, cid: int, c: Collector) -> None:
         replacement = self.make_collector(cid, c.incarnation + 1)
         self.collectors[cid] = replacement
         replacement.start()

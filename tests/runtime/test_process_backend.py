@@ -252,6 +252,41 @@ def test_a_collector_process_that_dies_is_seen_by_its_pipe_closing_and_restarted
     assert f"collector 0's process (pid {trainer.pool.retired[0].pid}) {how}" in capsys.readouterr().err
 
 
+@pytest.mark.reliability
+def test_collectors_that_end_with_their_fork_server_are_one_restart_and_a_new_server_forks_the_next(
+    tiny_config: Callable[..., Config], thread_baseline: int, no_leaks: None, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each collector dies with the server (its parent); its exit code is then the stdlib's 255 for every one of
+    them. Counted one by one, a server killed by the OOM killer spent the budget of a run with more collectors
+    than ``runtime.max_restarts``.
+    """
+    from multiprocessing import forkserver
+
+    cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=2", "runtime.max_restarts=1")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    killed: list[int] = []
+    ingest = trainer._ingest
+
+    def kill_the_server_once(item: Any) -> None:
+        ingest(item)
+        server = cast(Any, forkserver)._forkserver._forkserver_pid  # the stdlib's
+        if not killed and server is not None and all(c.pid for c in trainer.pool.collectors.values()):
+            killed.append(server)
+            os.kill(server, signal.SIGKILL)
+
+    trainer._ingest = kill_the_server_once  # type: ignore[method-assign]  # a spy in place of the bound method
+    row = trainer.run()
+    assert killed and row["env_steps"] == 384 and len(trainer.buffer) == 384
+    assert row["collector_restarts"] == 1 and sorted(f[:2] for f in trainer.pool.failures) == [(0, 0), (1, 0)]
+    err = capsys.readouterr().err
+    first, second = sorted(trainer.pool.failures, key=lambda f: f[2])  # by when each was seen
+    assert (f"ForkServerGone: collector {first[0]}'s process (pid {trainer.pool.retired[0].pid}) ended with the fork "
+            f"server it was forked from (pid {killed[0]}), which is gone (killed: the OOM killer?") in err, err[-3000:]
+    assert (f"[mbpo] collector {second[0]} failed: the fork server (pid {killed[0]}) is gone, as for an earlier "
+            "restart; restarting it from the newest weights (not counted again: restart 1/1)") in err, err[-3000:]
+    assert trainer.backend.lease.server_pid is None  # released with the run (a new one forked the restarts)
+
+
 def test_a_process_run_counts_its_collectors_cpu_seconds(tiny_config: Callable[..., Config], no_leaks: None,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """``cpu_s`` covers collector processes: what their batches report is CPU the child really used (at most

@@ -76,6 +76,15 @@ class ForkServerLease:
             self._held = True
             start_server()
 
+    @property
+    def server_pid(self) -> int | None:
+        """The fork server's pid now (None where collectors are spawned): the process a collector forked now
+        dies with (``child._die_with_parent``), so the trainer can tell a collector killed with it.
+        """
+        if not self._held:
+            return None
+        return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]  # the stdlib's
+
     def release(self) -> None:
         """Idempotent; after the run's collectors have ended. The last holder stops the server it started (the
         stdlib's stop waits for it, and it exits once no collector holds its pipe).

@@ -51,6 +51,7 @@ from mbpo.runtime.collectors import (
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.main_guard import COLLECTOR_PROCESS_PREFIX, UNGUARDED_MAIN_EXIT, UnguardedMainError
+from mbpo.runtime.proc_tree import alive
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -58,12 +59,23 @@ from mbpo.runtime.shared_weights import SharedWeights
 from mbpo.runtime.timing import POLL_S, PROCESS_START_TIMEOUT_S, TERM_GRACE_S
 from mbpo.runtime.weights import WeightStore
 
-__all__ = ["ProcessBackend", "ProcessCollector", "CollectorProcessError"]
+__all__ = ["ProcessBackend", "ProcessCollector", "CollectorProcessError", "ForkServerGone"]
 
 
 
 class CollectorProcessError(RuntimeError):
     """A collector process raised (the message holds its traceback), exited or was killed."""
+
+
+class ForkServerGone(CollectorProcessError):
+    """A collector process ended because the fork server it was forked from did (the OOM killer, a stray
+    ``kill``): each of its collectors ends with it, so the supervisor counts the restarts that follow as one
+    (``shared_cause``), and the first restart starts a new server.
+    """
+
+    def __init__(self, message: str, server_pid: int) -> None:
+        super().__init__(message)
+        self.shared_cause = f"the fork server (pid {server_pid}) is gone"
 
 
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str,
@@ -85,6 +97,8 @@ class ProcessCollector(CollectorLoop):
         super().__init__(collector_id, incarnation, setup, queue, weights, gate)
         self.backend, self.spec = backend, spec
         self.pid: int | None = None
+        self.server_pid: int | None = None
+        """The fork server this collector's process was forked from (None: spawned)."""
         self.process: Any = None
         self._conn: Any = None
         self._slots: set[int] = set()  # granted to the child and not yet handed on
@@ -113,7 +127,7 @@ class ProcessCollector(CollectorLoop):
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
-        self._conn, self.pid = parent_end, self.process.pid
+        self._conn, self.pid, self.server_pid = parent_end, self.process.pid, b.lease.server_pid
 
     def join(self, timeout: float) -> bool:
         """The proxy thread ends; then the child is asked to stop and joined, all by ``timeout``."""
@@ -223,6 +237,10 @@ class ProcessCollector(CollectorLoop):
         code = self.process.exitcode
         if code == UNGUARDED_MAIN_EXIT:
             return UnguardedMainError()
+        if self.server_pid is not None and not alive([self.server_pid]):  # its exit code is then the stdlib's 255
+            return ForkServerGone(f"collector {self.collector_id}'s process (pid {self.pid}) ended with the fork "
+                                  f"server it was forked from (pid {self.server_pid}), which is gone (killed: the "
+                                  "OOM killer? the kernel log says)", self.server_pid)
         how = ("is still running but closed its pipe" if code is None else
                f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
         return CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) {how}")
