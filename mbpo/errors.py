@@ -6,7 +6,8 @@ anything else keeps its traceback. Messages say what was wrong and how to fix it
 
 from __future__ import annotations
 
-__all__ = ["MbpoError", "EnvFaultError", "RemoteMbpoError", "RunFailedError", "remote_mbpo_error"]
+__all__ = ["MbpoError", "FromElsewhereError", "EnvFaultError", "RemoteMbpoError", "RunFailedError",
+           "remote_mbpo_error"]
 
 
 class MbpoError(Exception):
@@ -20,10 +21,9 @@ class RunFailedError(RuntimeError):
     """
 
 
-class EnvFaultError(MbpoError):
-    """What the env returned breaks a rule of the run (a non-finite value, the VecEnv contract). A collector
-    that meets one fails the run at once on every backend: a restart would step the same env into it again.
-    ``detail`` keeps where it was raised (a collector process's or Ray actor's traceback).
+class FromElsewhereError(MbpoError):
+    """A user's mistake that may have been met in another process: ``detail`` keeps where it was raised (a
+    collector process's or Ray actor's traceback), for the log; the message stays the one line the CLI prints.
     """
 
     def __init__(self, message: str, detail: str = "") -> None:
@@ -34,15 +34,17 @@ class EnvFaultError(MbpoError):
         return type(self), (str(self), self.detail)
 
 
-class RemoteMbpoError(MbpoError):
-    """A user's mistake (an :class:`MbpoError` other than an env fault) that a collector process or Ray actor met,
-    by its message; ``detail`` keeps the type's name and where it was raised. Like the original, it stops the
-    run at once: a restarted collector would meet it again.
+class EnvFaultError(FromElsewhereError):
+    """What the env returned breaks a rule of the run (a non-finite value, the VecEnv contract). A collector
+    that meets one fails the run at once on every backend: a restart would step the same env into it again.
     """
 
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.detail = detail
+
+class RemoteMbpoError(FromElsewhereError):
+    """A user's mistake (an :class:`MbpoError` other than an env fault) that a collector process or Ray actor met,
+    by its message; ``detail`` also names its type. Like the original, it stops the run at once: a restarted
+    collector would meet it again.
+    """
 
 
 def remote_mbpo_error(type_name: str, message: str, detail: str) -> MbpoError:
