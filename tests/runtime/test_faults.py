@@ -222,6 +222,8 @@ def test_a_resume_may_take_the_fix_a_non_finite_value_asks_for(
     with pytest.raises(NonFiniteEnvError, match="runtime.nonfinite=drop"):
         trainer.run()
     assert trainer.env_steps > 0
-    resumed = AsyncTrainer.resume(cfg.run_dir, ["runtime.nonfinite=drop", "total_env_steps=512"])
+    resumed = AsyncTrainer.resume(cfg.run_dir, ["runtime.nonfinite=drop", "total_env_steps=512"],
+                                  env_factory=faulty("nan_reward", {0}, at_step=40))  # the same env, faults and all
     assert resumed.config.runtime.nonfinite == "drop"
-    assert resumed.run()["env_steps"] == 512
+    row = resumed.run()
+    assert row["env_steps"] == 512 and row["nonfinite_dropped"] > 0  # the fault met again, and dropped
