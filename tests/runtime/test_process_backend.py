@@ -240,8 +240,12 @@ def test_a_reader_overtaken_again_and_again_holds_the_writer_off_until_it_has_it
 @pytest.mark.parametrize("fault, how", [("exit", "exited with code 3"), ("sigkill", "was killed by SIGKILL")])
 def test_a_collector_process_that_dies_is_seen_by_its_pipe_closing_and_restarted(
     tiny_config: Callable[..., Config], thread_baseline: int, no_leaks: None, capsys: pytest.CaptureFixture[str],
-    fault: str, how: str,
+    fault: str, how: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from mbpo.runtime.backends import forkserver
+
+    # as where there is no /proc to tell a live server: a collector's own death must still be its own
+    monkeypatch.setattr(forkserver, "alive", lambda pids: set())
     cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=1")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty(fault, {0}, at_step=100))
     row = trainer.run()

@@ -22,13 +22,20 @@ import signal
 import threading
 from multiprocessing import forkserver, resource_tracker
 from multiprocessing.context import ForkServerContext, SpawnContext
+from pathlib import Path
 from typing import Any
 
-__all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "ForkServerLease", "leave_the_fork_server_alone"]
+from mbpo.runtime.proc_tree import alive
+
+__all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "LOST_TO_THE_SERVER", "ForkServerLease",
+           "leave_the_fork_server_alone", "server_gone"]
 
 FORKSERVER_PRELOAD = ("torch", "tensordict", "mbpo.runtime.backends.fork_server_hook")
 """What the fork server imports before it forks: torch and tensordict (the bulk of a collector's start-up;
 neither touches CUDA), and the hook that lets each child it forks take SIGTERM again."""
+
+LOST_TO_THE_SERVER = 255
+"""The exit code the stdlib gives a forked child whose server it can no longer ask (``popen_forkserver.poll``)."""
 
 SERVER_BLOCKS = {signal.SIGINT, signal.SIGTERM}
 """Blocked in the fork server for good: a Ctrl-C or a scheduler's SIGTERM to the process group reaches the
@@ -97,6 +104,21 @@ class ForkServerLease:
             if ForkServerLease._holders == 0 and ForkServerLease._ours:
                 forkserver._forkserver._stop()  # type: ignore[attr-defined]  # the stdlib's own, since Python 3.8
                 ForkServerLease._ours = False
+
+
+def server_gone(pid: int) -> bool:
+    """The fork server ``pid`` has ended (a zombie not yet reaped has: it forks nothing). Where there is no /proc
+    to tell a zombie, only a process already reaped: a live-looking server charges each collector's restart.
+    """
+    if Path("/proc").is_dir():
+        return not alive([pid])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def start_server() -> None:

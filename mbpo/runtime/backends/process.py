@@ -39,7 +39,7 @@ from mbpo.data.transitions import DISCOUNT
 from mbpo.device.checks import check_transitions
 from mbpo.errors import remote_mbpo_error
 from mbpo.runtime.backends.child import ChildSpec, collector_main
-from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, ForkServerLease
+from mbpo.runtime.backends.forkserver import LOST_TO_THE_SERVER, SERVER_BLOCKS, ForkServerLease, server_gone
 from mbpo.runtime.collectors import (
     COLLECTOR_ID,
     POLICY_VERSION,
@@ -51,7 +51,6 @@ from mbpo.runtime.collectors import (
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.main_guard import COLLECTOR_PROCESS_PREFIX, UNGUARDED_MAIN_EXIT, UnguardedMainError
-from mbpo.runtime.proc_tree import alive
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -237,7 +236,7 @@ class ProcessCollector(CollectorLoop):
         code = self.process.exitcode
         if code == UNGUARDED_MAIN_EXIT:
             return UnguardedMainError()
-        if self.server_pid is not None and not alive([self.server_pid]):  # its exit code is then the stdlib's 255
+        if code == LOST_TO_THE_SERVER and self.server_pid is not None and server_gone(self.server_pid):
             return ForkServerGone(f"collector {self.collector_id}'s process (pid {self.pid}) ended with the fork "
                                   f"server it was forked from (pid {self.server_pid}), which is gone (killed: the "
                                   "OOM killer? the kernel log says)", self.server_pid)
