@@ -8,6 +8,7 @@ reach a child: the factory is a ``"package.module:callable"`` string that the ch
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -20,7 +21,7 @@ from mbpo.config import ConfigError, EnvConfig
 from mbpo.errors import EnvFaultError
 
 __all__ = ["build_env", "collector_env_from", "check_env", "check_interface", "check_training_env", "env_label",
-           "EnvContractError"]
+           "factory_name", "EnvContractError"]
 
 
 class EnvContractError(EnvFaultError):
@@ -49,7 +50,12 @@ def build_env(env: EnvConfig, num_envs: int, device: str | torch.device, seed: i
 
 
 def factory_name(env_factory: Any) -> str:
-    """``module:qualname`` of a trainer's ``env_factory`` (of its class, for a callable object)."""
+    """``module:qualname`` of a trainer's ``env_factory`` (of its class, for a callable object); a
+    ``functools.partial`` with its arguments, which tell two of one function apart.
+    """
+    if isinstance(env_factory, functools.partial):
+        bound = [repr(a) for a in env_factory.args] + [f"{k}={v!r}" for k, v in env_factory.keywords.items()]
+        return f"functools.partial({', '.join([factory_name(env_factory.func), *bound])})"
     qualname = getattr(env_factory, "__qualname__", type(env_factory).__name__)
     return f"{getattr(env_factory, '__module__', '?')}:{qualname}"
 

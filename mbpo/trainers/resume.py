@@ -114,8 +114,8 @@ def check_same_env_factory(point: ResumePoint, env_factory: Any) -> None:
     if trained is not None and given is None:
         raise ConfigError(f"{point.run_dir} trained on the envs of env_factory {trained}, passed from Python; "
                           f"expected that factory to resume it, got none (the run would build "
-                          f"{env_label(point.config.env)} instead): resume it from Python with it, "
-                          f"mbpo.trainers.resume_trainer(run_dir, env_factory={trained.rsplit(':', 1)[-1]})")
+                          f"{env_label(point.config.env)} instead): resume it from Python with the factory it trained "
+                          "with, mbpo.trainers.resume_trainer(run_dir, env_factory=...)")
     if trained is None and given is not None:
         raise ConfigError(f"{point.run_dir} trained on {env_label(point.config.env)}, built from its config; "
                           f"expected no env_factory to resume it, got {given}: resume it without one (a run "

@@ -4,6 +4,7 @@ and a run trained with one resumes with it.
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from mbpo.config import Config, ConfigError
 from mbpo.errors import MbpoError, RemoteMbpoError
 from mbpo.trainers import AsyncTrainer, make_trainer, resume_trainer
 from tests.conftest import TRAINER_RUNS
+from tests.runtime.conftest import faulty
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -73,8 +75,8 @@ def test_a_run_trained_with_an_env_factory_is_not_resumed_on_the_configs_env(
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {cfg.run_dir} trained on the envs of env_factory tests.trainers.test_env_factory:"
                       "gymnasium_vector_env, passed from Python; expected that factory to resume it, got none (the "
-                      "run would build env.id='Pendulum-v1' instead): resume it from Python with it, "
-                      "mbpo.trainers.resume_trainer(run_dir, env_factory=gymnasium_vector_env)"]
+                      "run would build env.id='Pendulum-v1' instead): resume it from Python with the factory it "
+                      "trained with, mbpo.trainers.resume_trainer(run_dir, env_factory=...)"]
     assert {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_dir, "checkpoints").iterdir()} == checkpoints
 
 
@@ -95,6 +97,17 @@ def test_a_run_resumes_only_on_the_kind_of_env_it_trained_on_and_a_renamed_facto
     assert (f"[mbpo] resuming {factory_run.run_dir} with env_factory tests.trainers.test_env_factory:pendulum_renamed; "
             "it trained with tests.trainers.test_env_factory:gymnasium_vector_env") in capsys.readouterr().err
     assert trainer.run()["env_steps"] == 192
+
+
+def test_a_factory_is_named_by_what_tells_it_apart() -> None:
+    """A checkpoint names the factory a run trained with: two partials of one function are two factories."""
+    from mbpo.runtime.env_builder import factory_name
+
+    here = "tests.trainers.test_env_factory"
+    assert factory_name(gymnasium_vector_env) == f"{here}:gymnasium_vector_env"
+    assert factory_name(functools.partial(gymnasium_vector_env, 0, seed=3)) == (
+        f"functools.partial({here}:gymnasium_vector_env, 0, seed=3)")
+    assert factory_name(faulty("exit", {0})) == "envs.faults:FaultyFactory"  # a callable object: its class
 
 
 def test_an_env_factory_that_returns_no_env_is_named_with_what_it_returned(
