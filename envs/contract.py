@@ -136,7 +136,8 @@ def _accepts(fn: Any, keyword: str) -> bool:
 
 def probe(env: VecEnv, seed: int) -> Probe:
     """Reset ``env`` with ``seed``, step it once with uniformly random actions (drawn from ``seed``) and check
-    both; a :class:`ContractError` names the first field that does not fit.
+    both; a :class:`ContractError` names the first field that does not fit. Then reset and step it once more
+    the same way (:func:`seed_ignored`, in :attr:`Probe.unseeded`).
 
     It steps the env: use it where a later ``reset(seed=...)`` starts over (an evaluation env), or on an env
     of its own.
@@ -155,21 +156,22 @@ def probe(env: VecEnv, seed: int) -> Probe:
 def seed_ignored(env: VecEnv, seed: int, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> str:
     """Reset ``env`` with ``seed`` again and take ``actions`` again: an env that re-seeds every env's random state
     in ``reset(seed=...)`` returns ``obs`` and ``next_obs`` again (up to float noise a GPU simulator may add).
-    Otherwise what differed, for a warning: such an env trains, but no evaluation (each reseeds it) can be
-    repeated, nor a run unless the env seeds itself when built. An env whose first states draw nothing passes
-    on the reset alone.
+    Otherwise what differed, for a warning (a reset may also depend on more than the seed: a curriculum, a
+    step count). An env whose first states draw nothing passes on the reset alone.
     """
+    exact = torch.device(env.device).type == "cpu"  # a GPU simulator's physics may differ in the last digits
     again = env.reset(seed=seed)
-    if not _close(again, obs):
+    if not _close(again, obs, exact):
         return f"reset(seed={seed}) returned other observations the second time"
-    if not _close(env.step(actions)[0], next_obs):
+    if not _close(env.step(actions)[0], next_obs, exact):
         return f"the same actions after reset(seed={seed}) led to other observations the second time"
     return ""
 
 
-def _close(a: Any, b: torch.Tensor) -> bool:
+def _close(a: Any, b: torch.Tensor, exact: bool) -> bool:
+    rtol, atol = (1e-5, 1e-6) if exact else (1e-3, 1e-4)
     return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and bool(
-        torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))
+        torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def check_first_reset(env: VecEnv, obs: Any) -> dict[str, torch.dtype]:

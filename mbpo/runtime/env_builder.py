@@ -104,11 +104,11 @@ def check_env(env: envs.VecEnv, config: EnvConfig, seed: int) -> tuple[envs.VecE
         print(f"[mbpo] {env_label(config)}: the env returns {found}; converting to float32 at every reset and step "
               "(what the learner computes in; return float32 to save the copy)", file=sys.stderr)
     if checked.unseeded:
-        print(f"[mbpo] {env_label(config)}: {checked.unseeded}, so the env does not seed its random state in "
-              "reset(seed=...): it trains, but no evaluation can be repeated, and two runs with one seed differ "
-              "unless the env seeds itself when built; seed every env's random draws from reset's seed (the "
-              "VecEnv contract, envs/base.py)",
-              file=sys.stderr)
+        print(f"[mbpo] {env_label(config)}: {checked.unseeded}: reset(seed=...) does not seed what the env draws, "
+              "or its reset depends on more than the seed (a curriculum, a step count). The run trains; in the "
+              "first case no evaluation can be repeated, and two runs with one seed differ unless the env seeds "
+              "itself when built: seed every env's random draws from reset's seed (the VecEnv contract, "
+              "envs/base.py)", file=sys.stderr)
     return envs.as_float32(env, checked.float32_fields), checked
 
 

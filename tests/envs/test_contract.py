@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import envs
-from envs.contract import ContractError, Float32Env, as_float32, probe
+from envs.contract import ContractError, Float32Env, as_float32, probe, seed_ignored
 from tests.envs.factories import BreaksContract, breaks_contract
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(60)]
@@ -92,6 +92,25 @@ def test_an_env_whose_first_states_draw_nothing_needs_no_seed() -> None:
             return obs
 
     assert probe(FixedStart(2, "cpu", 0, None), seed=7).unseeded == ""
+
+
+@pytest.mark.parametrize("device, noise, found", [("cpu", 1e-4, True), ("cuda:0", 1e-6, False),
+                                                  ("cuda:0", 1e-2, True)])
+def test_off_the_cpu_a_simulators_float_noise_is_not_taken_for_an_unseeded_env(
+        device: str, noise: float, found: bool) -> None:
+    """A GPU simulator's physics may differ in the last digits between two runs of one seed; a CPU env's not."""
+
+    class Noisy(BreaksContract):
+        def step(self, actions: torch.Tensor) -> envs.base.StepResult:
+            obs, *rest = super().step(actions)
+            return (obs * (1 + noise * torch.randn(obs.shape, generator=self.unseeded)), *rest)  # type: ignore[return-value]
+
+    env = Noisy(2, "cpu", 0, None)
+    obs = env.reset(seed=3)
+    actions = torch.zeros(2, 1)
+    next_obs = env.step(actions)[0]
+    env.device = device  # where it says it runs: the tolerance follows it
+    assert bool(seed_ignored(env, 3, obs, actions, next_obs)) == found
 
 
 def test_the_probe_step_changes_nothing_after_a_seeded_reset() -> None:

@@ -215,9 +215,10 @@ def test_an_env_that_reset_seed_does_not_seed_is_one_line_and_the_run_trains(
     assert code == 0, err[-3000:]
     said = [line for line in err.splitlines() if "reset(seed=" in line]
     assert len(said) == 1 and said[0].startswith(f"[mbpo] {WHO}: reset(seed=") and said[0].endswith(
-        "returned other observations the second time, so the env does not seed its random state in reset(seed=...): "
-        "it trains, but no evaluation can be repeated, and two runs with one seed differ unless the env seeds itself "
-        "when built; seed every env's random draws from reset's seed (the VecEnv contract, envs/base.py)"), said
+        "returned other observations the second time: reset(seed=...) does not seed what the env draws, or its "
+        "reset depends on more than the seed (a curriculum, a step count). The run trains; in the first case no "
+        "evaluation can be repeated, and two runs with one seed differ unless the env seeds itself when built: seed "
+        "every env's random draws from reset's seed (the VecEnv contract, envs/base.py)"), said
     assert json.loads(out.strip().splitlines()[-1])["env_steps"] == 64
 
 
