@@ -77,21 +77,50 @@ def trainer_run(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(scope="module")
-def module_ray() -> Iterator[None]:
-    """One private loopback Ray per test module (and xdist worker) that the module's in-process ``ray`` runs
-    join, as a run joins a Ray already initialized in its process, instead of each starting and stopping its
-    own: that is about 4 s of 2 cores a run. What a run's own private Ray does (loopback only, gone after the
-    run, the signals) is tests/runtime/test_ray_backend.py's, whose runs start their own. Skipped, with the
-    reason, only where the ray extra is missing.
+class WorkerRay:
+    """One private loopback Ray per xdist worker that in-process ``ray`` runs join, as a run joins a Ray already
+    initialized in its process, instead of each starting and stopping its own (about 4 s of 2 cores a start).
+    Started by the first test that asks for it (:func:`module_ray`), stopped at the session's end, or before a
+    test that needs no Ray in its process (tests/runtime/test_ray_backend.py: what a run's own private Ray does,
+    loopback only, gone after the run, the signals), and started again by the next test that asks.
     """
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
-    from mbpo.runtime.backends.ray import start_private_ray, stop_private_ray
 
-    assert not ray.is_initialized(), "a Ray left initialized by an earlier test"
-    saved = start_private_ray(ray, num_cpus=8)  # logical CPUs: room for every run's collectors
+    saved: tuple[str | None, bool] | None = None
+
+    @classmethod
+    def up(cls) -> None:
+        ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+        from mbpo.runtime.backends.ray import start_private_ray
+
+        if cls.saved is None:
+            assert not ray.is_initialized(), "a Ray left initialized by an earlier test"
+            cls.saved = start_private_ray(ray, num_cpus=8)  # logical CPUs: room for every run's collectors
+        assert ray.is_initialized(), "the worker's Ray was shut down by a test"
+
+    @classmethod
+    def down(cls) -> None:
+        if cls.saved is not None:
+            import ray
+
+            from mbpo.runtime.backends.ray import stop_private_ray
+
+            saved, cls.saved = cls.saved, None
+            stop_private_ray(ray, saved)
+
+
+@pytest.fixture(scope="module")
+def module_ray() -> None:
+    """The worker's Ray (:class:`WorkerRay`), up before the module's first test (before the function-scoped
+    fixtures, so the variables it sets are part of every test's environment); skipped, with the reason, only
+    where the ray extra is missing.
+    """
+    WorkerRay.up()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_ray_stopped_at_the_end() -> Iterator[None]:
     yield
-    stop_private_ray(ray, saved)
+    WorkerRay.down()
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from mbpo.config import Config
 from mbpo.runtime.collectors import CollectorBatch
 from mbpo.runtime.proc_tree import alive, descendants
 from mbpo.trainers import AsyncTrainer
+from tests.conftest import WorkerRay
 from tests.runtime.conftest import faulty
 
 if TYPE_CHECKING:
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_worker_ray() -> None:
+    """These tests start (or refuse) a Ray of their own: the worker's shared one is stopped first."""
+    WorkerRay.down()
 
 
 def listening() -> dict[int, tuple[str, int]]:
