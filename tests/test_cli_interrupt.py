@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import mbpo.trainers
-from mbpo import cli
+from mbpo import cli, commands
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.base import Trainer
 from tests.conftest import TRAINER_RUNS
@@ -136,5 +136,5 @@ def test_ctrl_c_while_a_finished_run_closes_down_is_not_called_a_start_up_one(
     code = train(run, tmp_path / "r")
     err = capsys.readouterr().err
     assert signalled and "during start-up" not in err and "left as it was" not in err, err[-2000:]
-    assert f"[mbpo] SIGINT: stopping ({cli.AFTER_START})" in err, err[-2000:]
+    assert f"[mbpo] SIGINT: stopping ({commands.AFTER_START})" in err, err[-2000:]
     assert code == 0 and list((tmp_path / "r/checkpoints").glob("ckpt_*.pt"))  # the run had finished
