@@ -1,4 +1,4 @@
-"""Config validation: choices, ranges, finiteness and budgets, on top of the schema's types.
+"""Config validation: choices, ranges, finiteness and budgets (mbpo.config.budgets), on top of the schema's types.
 
 OmegaConf rejects unknown keys and wrong types while loading; this module checks what types cannot say.
 Every float value (list elements and non-null Optional floats included) must be finite, and a run whose
@@ -14,18 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from mbpo.config.schema import (
-    LEARNER,
-    AgentConfig,
-    Config,
-    ConfigError,
-    resolve_type,
-    rollouts_per_transition,
-    updates_per_transition,
-)
+from mbpo.config.budgets import check_budgets
+from mbpo.config.schema import LEARNER, AgentConfig, Config, ConfigError, resolve_type
 
-__all__ = ["validate", "MAX_RUN_DAYS", "MAX_UTD_RATIO", "MAX_MODEL_BUFFER_TRANSITIONS", "CALLABLE_PATH",
-           "MAX_ENV_ID_CHARS", "learner_keys"]
+__all__ = ["validate", "CALLABLE_PATH", "MAX_ENV_ID_CHARS", "learner_keys"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.activation": ("swish", "relu"),
@@ -52,25 +44,6 @@ _CALLABLE_KEYS = ("model.termination", "model.reward")
 # Float keys that may hold nan or inf; each must say so (and what it means) in its docstring. None today.
 _NONFINITE_OK: frozenset[str] = frozenset()
 
-# Budgets. A config is refused when even these optimistic numbers cannot finish it in MAX_RUN_DAYS:
-# they are upper bounds of what any machine does today, so no run that could finish is refused.
-MAX_RUN_DAYS = 30
-"""Longest run a config may ask for; past a month a config is a typo, not a plan."""
-OPTIMISTIC_UPDATES_PER_S = 20_000
-"""Gradient updates per second of a small-net, fused (CUDA-graph) SAC/DQN update on a big GPU: an upper
-bound; typical runs do 100-3,000."""
-MAX_UTD_RATIO = 1_000
-"""Largest agent.utd_ratio: published recipes use 1-20 (SAC 1, MBPO 20-40, REDQ/DroQ 20), so 1,000
-updates per transition is already 25x the largest and anything above is a typo (e.g. a total count)."""
-OPTIMISTIC_ENV_STEPS_PER_S = 100_000_000
-"""Env transitions per second: GPU simulators reach 1e6-1e7 on simple tasks, so 1e8 is an upper bound."""
-OPTIMISTIC_MODEL_STEPS_PER_S = 100_000_000
-"""Branched-rollout steps per second: an ensemble forward of the default 4x200 MLPs costs about 2 MFLOP per
-transition over 7 members (HalfCheetah), so 1e8 steps/s would be ~200 TFLOP/s, 3x an H100's fp32 peak."""
-MAX_MODEL_BUFFER_TRANSITIONS = 2_000_000_000
-"""Largest model buffer: it is allocated in one piece at the first rollout, and a transition (obs, action,
-reward, next obs, terminated in float32) is at least 36 bytes (Pendulum), 168 for HalfCheetah, so 2e9 is
-72-336 GB, more than any GPU holds; MBPO's own configs need at most about 1e7."""
 MAX_ENV_ID_CHARS = 100
 """Longest env.id: it names the run dir (runs/<env.id>-<agent>-s<seed>-<date>-<time>-<pid>, up to 70 characters
 more), and a file name holds at most 255 bytes; registered ids are under 50 characters."""
@@ -250,7 +223,7 @@ def validate(config: Config) -> None:
             continue
         if not sizes or any(s < 1 for s in sizes):
             raise ConfigError(f"{key}={sizes!r} is not allowed; expected a non-empty list of positive ints")
-    _check_budgets(config)
+    check_budgets(config)
 
 
 def _check_macura(config: Config) -> None:
@@ -413,91 +386,3 @@ def _check_finite(config: Config) -> None:
         else:
             expected = "a finite number or null" if optional else "a finite number"
         raise ConfigError(f"{where}={value!r} is not a finite number; expected {expected}")
-
-
-def _num(x: float) -> str:
-    """A number for the arithmetic in a message: 19000, 0.5, 1e9, 1.9e13."""
-    if float(x).is_integer() and abs(x) < 1e7:
-        return str(int(x))
-    return re.sub(r"e\+?(-?)0*(?=\d)", r"e\1", f"{x:.6g}")
-
-
-def _floor3(x: float) -> float:
-    """``x`` rounded down to 3 significant digits, so a printed limit is itself accepted."""
-    if x <= 0:
-        return 0.0
-    scale = 10.0 ** (math.floor(math.log10(x)) - 2)
-    return math.floor(x / scale) * scale
-
-
-def _too_long(amount: float, per_s: int, what: str) -> str | None:
-    """``"at an optimistic R what/s that is T, more than the 30-day limit"``, or None when it fits."""
-    seconds = amount / per_s
-    if seconds <= MAX_RUN_DAYS * 86_400:
-        return None
-    days, years = seconds / 86_400, seconds / (365 * 86_400)
-    if days < 730:
-        took = f"{days:,.0f} days"
-    else:
-        took = f"{years:,.0f} years" if years < 1e6 else f"{_num(years)} years"
-    rate = f"{per_s:,}" if per_s < 1e7 else _num(per_s)
-    return f"at an optimistic {rate} {what}/s that is {took}, more than the {MAX_RUN_DAYS}-day limit"
-
-
-def _check_budgets(config: Config) -> None:
-    """Refuse a run that can never finish, showing the arithmetic (the constants above say why the numbers)."""
-    steps = config.total_env_steps
-    too_long = _too_long(steps, OPTIMISTIC_ENV_STEPS_PER_S, "env steps")
-    if too_long:
-        fits = _floor3(OPTIMISTIC_ENV_STEPS_PER_S * MAX_RUN_DAYS * 86_400)
-        raise ConfigError(f"total_env_steps={_num(steps)}: {too_long}; expected total_env_steps <= {_num(fits)}")
-
-    a = config.agent
-    utd = updates_per_transition(config)
-    learning = max(steps - a.learning_starts, 0)
-    updates = learning * utd
-    too_long = _too_long(updates, OPTIMISTIC_UPDATES_PER_S, "updates")
-    if too_long:
-        fits = _floor3(OPTIMISTIC_UPDATES_PER_S * MAX_RUN_DAYS * 86_400 / learning)
-        cap = "" if fits <= MAX_UTD_RATIO else f" (the time limit alone allows {_num(fits)}, but no recipe uses " \
-            f"more than {MAX_UTD_RATIO:,} per transition)"
-        raise ConfigError(
-            f"agent.utd_ratio={_num(utd)} asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
-            f"({_num(steps)} - {_num(a.learning_starts)}) x {_num(utd)} = {_num(updates)} gradient updates; "
-            f"{too_long}; expected agent.utd_ratio <= {_num(min(fits, MAX_UTD_RATIO))}{cap}, "
-            "or fewer total_env_steps")
-    if utd > MAX_UTD_RATIO:
-        raise ConfigError(
-            f"agent.utd_ratio={_num(utd)} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
-            "published recipes use 1-20 (REDQ/DroQ 20), so this is a typo (a total count rather than a ratio?); "
-            f"expected agent.utd_ratio <= {MAX_UTD_RATIO}")
-
-    m = config.model
-    if not m.enabled:
-        return
-    longest = max(m.rollout_schedule[2], m.rollout_schedule[3])  # the schedule's longer end
-    per_real = rollouts_per_transition(config)
-    given = (f"model.rollouts_per_real={_num(per_real)} with a longest rollout of {longest} "
-             f"(model.rollout_schedule={m.rollout_schedule})")
-    rollout_steps = steps * per_real * longest
-    too_long = _too_long(rollout_steps, OPTIMISTIC_MODEL_STEPS_PER_S, "model steps")
-    if too_long:
-        fits = _floor3(OPTIMISTIC_MODEL_STEPS_PER_S * MAX_RUN_DAYS * 86_400 / (steps * longest))
-        raise ConfigError(
-            f"{given} asks for total_env_steps x rollouts_per_real x longest rollout = {_num(steps)} x "
-            f"{_num(per_real)} x {longest} = {_num(rollout_steps)} model rollout steps; {too_long}; "
-            f"expected model.rollouts_per_real <= {_num(fits)} at this rollout length, or shorter rollouts")
-    capacity = per_real * m.epoch_length * longest * m.retain_epochs
-    if capacity > MAX_MODEL_BUFFER_TRANSITIONS:
-        per_epoch = per_real * m.epoch_length * longest
-        fix = (f"model.retain_epochs <= {MAX_MODEL_BUFFER_TRANSITIONS // per_epoch:.0f}"
-               if per_epoch <= MAX_MODEL_BUFFER_TRANSITIONS else
-               f"model.rollouts_per_real <= {_num(_floor3(MAX_MODEL_BUFFER_TRANSITIONS / (m.epoch_length * longest)))}")
-        raise ConfigError(
-            f"{given}, model.epoch_length={m.epoch_length} and model.retain_epochs={m.retain_epochs} size the model "
-            f"buffer at rollouts_per_real x epoch_length x longest rollout x retain_epochs = "
-            f"{_num(per_real)} x {m.epoch_length} x {longest} x {m.retain_epochs} = {_num(capacity)} "
-            f"transitions, more than the {_num(MAX_MODEL_BUFFER_TRANSITIONS)} that any machine can hold "
-            f"(36-168+ bytes each); expected at most {_num(MAX_MODEL_BUFFER_TRANSITIONS)}, e.g. {fix}")
-
-
