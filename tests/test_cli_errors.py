@@ -143,16 +143,21 @@ def test_checkpoint_and_run_dir_errors(tmp_path: Path, capfd: pytest.CaptureFixt
     assert "already holds a run with checkpoints" in error_line(capfd, "train", f"run_dir={run}", *FAST)
 
 
-def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = mbpo("train", "seed=1", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'r'}",
-                  "trainer=sync", *FAST)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.strip().splitlines()
+def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mbpo import cli
+
+    code = cli.main(["train", "seed=1", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'r'}",
+                     "trainer=sync", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    lines = out.strip().splitlines()
     assert lines[-2].startswith("[mbpo] 64 env steps,") and f"run dir {tmp_path / 'r'}" in lines[-2]
     assert '"last_eval_return"' in lines[-1] and '"last_eval_env_steps": 64' in lines[-1]
-    debug = mbpo("--debug", "train", "env.id=Pendulm-v1", *FAST)
-    assert debug.returncode == 2 and "Traceback" in debug.stderr and "UnknownEnvError" in debug.stderr
-    assert debug.stderr.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")
+    assert cli.main(["--debug", "train", "env.id=Pendulm-v1", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "UnknownEnvError" in err
+    assert err.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")
 
 
 def test_options_before_the_command_are_its_options(capsys: pytest.CaptureFixture[str]) -> None:
