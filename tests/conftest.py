@@ -92,10 +92,11 @@ class WorkerRay:
         ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
         from mbpo.runtime.backends.ray import start_private_ray
 
+        if cls.saved is not None and not ray.is_initialized():  # shut down by a test: its failure, not the next's
+            cls.down()
         if cls.saved is None:
             assert not ray.is_initialized(), "a Ray left initialized by an earlier test"
             cls.saved = start_private_ray(ray, num_cpus=8)  # logical CPUs: room for every run's collectors
-        assert ray.is_initialized(), "the worker's Ray was shut down by a test"
 
     @classmethod
     def down(cls) -> None:
@@ -110,9 +111,9 @@ class WorkerRay:
 
 @pytest.fixture(scope="module")
 def module_ray() -> None:
-    """The worker's Ray (:class:`WorkerRay`), up before the module's first test (before the function-scoped
-    fixtures, so the variables it sets are part of every test's environment); skipped, with the reason, only
-    where the ray extra is missing.
+    """The worker's Ray (:class:`WorkerRay`), up from the first test of the module that asks for it (the variables
+    ``ray.init`` set are then undone after that test, as any test's are: Ray's processes read them at start, and
+    nothing reads them since); skipped, with the reason, only where the ray extra is missing.
     """
     WorkerRay.up()
 

@@ -154,7 +154,7 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(
     lines = out.strip().splitlines()
     assert lines[-2].startswith("[mbpo] 64 env steps,") and f"run dir {tmp_path / 'r'}" in lines[-2]
     assert '"last_eval_return"' in lines[-1] and '"last_eval_env_steps": 64' in lines[-1]
-    assert cli.main(["--debug", "train", "env.id=Pendulm-v1", *FAST]) == 2
+    assert cli.main(["--debug", "train", "env.id=Pendulm-v1", *FAST, f"run_dir={tmp_path / 'd'}"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and "UnknownEnvError" in err
     assert err.splitlines()[-1].startswith("error: unknown env id 'Pendulm-v1'")

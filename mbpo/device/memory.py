@@ -1,6 +1,6 @@
 """Memory: what the networks of a run take (for the start-up check), and giving freed heap memory back to the OS.
 
-The trainer's start-up check (mbpo.trainers.base) adds :func:`network_bytes` to the buffers' bytes, so a run
+The trainer's start-up check (mbpo.trainers.memory_check) adds :func:`network_bytes` to the buffers' bytes, so a run
 whose networks cannot fit (agent.sac.num_critics=100000000) is refused in one line before anything is allocated.
 
 torch's CPU tensors live on the C heap. A model cycle (ensemble fit, then rollouts) allocates and

@@ -251,9 +251,8 @@ def test_eval_converts_as_training_did(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_on_ray_too_and_the_line_says_when_the_checked_env_has_another_num_envs(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None, module_ray: None) -> None:
     """The evaluation env is the one checked: with eval_episodes != env.num_envs the line says which num_envs."""
-    pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
     code = cli.main(["train", *FACTORY, "env.kwargs.breaks=reward_column", *TINY, "eval_episodes=1", "trainer=async",
                      "runtime.backend=ray", f"run_dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err
