@@ -414,9 +414,9 @@ def test_no_collector_holds_the_fork_servers_alive_pipe(tiny_config: Callable[..
     ingest = trainer._ingest
 
     def look(item: Any) -> None:
-        for c in trainer.pool.collectors.values():
-            if c.pid is not None and c.pid not in held:
-                held[c.pid] = any(os.readlink(fd) == pipe for fd in Path(f"/proc/{c.pid}/fd").iterdir())
+        c = trainer.pool.collectors[item.collector_id]  # past its start-up: it has collected a batch
+        if c.pid not in held:  # (a child just forked holds every fd of the server's until it drops them)
+            held[c.pid] = any(os.readlink(fd) == pipe for fd in Path(f"/proc/{c.pid}/fd").iterdir())
         ingest(item)
 
     trainer._ingest = look  # type: ignore[method-assign]  # a spy in place of the bound method
