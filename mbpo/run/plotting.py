@@ -66,7 +66,7 @@ def run_label(run_dir: Path) -> tuple[str, int | None]:
 
 def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
     """A run dir with its ``rows``, described by its config.yaml (label, seed, settings, cadence), else by
-    ``label`` (and ``seed``) in its run.json.
+    ``label`` (and ``seed``) in its run.json: a run of another tool, whose config.yaml (if any) is not ours.
     """
     config_path = run_dir / "config.yaml"
     if config_path.is_file():
@@ -78,7 +78,13 @@ def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
         except (OSError, UnicodeDecodeError) as exc:
             raise MbpoError(f"{config_path} cannot be read as text ({exc}); expected the config.yaml the run "
                             "was started with") from None
-        cfg = config_from_yaml(text, source=str(config_path))
+        try:
+            cfg = config_from_yaml(text, source=str(config_path))
+        except MbpoError:
+            named = _named_in_run_json(run_dir, rows) if _foreign(text) else None
+            if named is None:  # ours, damaged: passed over by name
+                raise
+            return named
         extra = "" if cfg.agent.name == "dqn" else f", utd {updates_per_transition(cfg):g}{critic_label(cfg)}"
         extra += ", sync trainer" if cfg.trainer == "sync" else ""
         extra += model_label(cfg)
@@ -86,12 +92,35 @@ def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
         settings = tuple((k, v) for k, v in _flat({**identity_data(cfg), "eval_every": cfg.eval_every})
                          if k != "seed")
         return Run(run_dir, rows, label, cfg.seed, settings)
+    named = _named_in_run_json(run_dir, rows)
+    if named is None:
+        raise MbpoError(f"{run_dir} has neither a config.yaml nor a run.json with a label; expected a run dir "
+                        "written by `python -m mbpo train` (or one that names itself in run.json)")
+    return named
+
+
+def _foreign(config_text: str) -> bool:
+    """A config.yaml of another tool: a YAML mapping with none of our config's top-level keys."""
+    import dataclasses
+
+    import yaml
+
+    from mbpo.config import Config
+
+    try:
+        data = yaml.safe_load(config_text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and not set(data) & {f.name for f in dataclasses.fields(Config)}
+
+
+def _named_in_run_json(run_dir: Path, rows: list[dict[str, str]]) -> Run | None:
+    """The run as its run.json names it (``label``, ``seed``), or None where it does not."""
     try:
         info: dict[str, Any] = json.loads((run_dir / "run.json").read_text())
         return Run(run_dir, rows, str(info["label"]), info.get("seed"))
-    except (OSError, ValueError, KeyError):
-        raise MbpoError(f"{run_dir} has neither a config.yaml nor a run.json with a label; expected a run dir "
-                        "written by `python -m mbpo train` (or one that names itself in run.json)") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _flat(data: Any, prefix: str = "") -> list[tuple[str, str]]:

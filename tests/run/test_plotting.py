@@ -11,6 +11,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.config import load_config, to_yaml
+from mbpo.errors import MbpoError
 from mbpo.run.plotting import curves, run_label
 
 pytestmark = pytest.mark.timeout(30)
@@ -43,6 +44,17 @@ def test_model_options_that_change_the_learners_data_get_curves_of_their_own(tmp
     assert len({plain, masked, half, beta}) == 4
     assert masked == "Hopper-v5 MBPO-SAC, utd 20 [masking 0.5]"
     assert labelled(tmp_path, "free", "model.enabled=false")[0] == "Hopper-v5 SAC, utd 20"
+
+
+def test_another_tools_run_with_a_config_of_its_own_is_named_by_its_run_json(tmp_path: Path) -> None:
+    """benchmarks/sbx_crossq.py writes its own config.yaml (sbx's settings) and names the run in run.json."""
+    run = tmp_path / "crossq_sbx-s0"
+    run.mkdir()
+    (run / "config.yaml").write_text("protocol:\n  env: Hopper-v5\nlearner: crossq_sbx\n")
+    with pytest.raises(MbpoError, match="unknown config key 'protocol'"):  # not ours, and nothing names it
+        run_label(run)
+    (run / "run.json").write_text('{"label": "CrossQ (sbx)", "seed": 0}')
+    assert run_label(run) == ("CrossQ (sbx)", 0)
 
 
 HEADER = "env_steps,updates,wall_s,train_return,eval_return\n"
