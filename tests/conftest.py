@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -119,7 +121,24 @@ def module_ray() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def worker_ray_stopped_at_the_end() -> Iterator[None]:
+def ray_session_files_in_a_temp_dir() -> Iterator[Path]:
+    """Every Ray the session starts (the worker's, a run's private one, those of the subprocesses it runs, which
+    inherit the variable) keeps its session files (logs, sockets, about 240 KB a start) under a directory of this
+    session's own, removed at its end, instead of adding a ``session_*`` to the machine's ``/tmp/ray`` for good
+    (a thousand of them after a few full runs). Short, as Ray's socket paths under it must stay under 108 bytes.
+    """
+    temp = Path(tempfile.mkdtemp(prefix="mbpo-ray-"))
+    os.environ["RAY_TMPDIR"] = str(temp)
+    try:
+        yield temp
+    finally:
+        os.environ.pop("RAY_TMPDIR", None)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_ray_stopped_at_the_end(ray_session_files_in_a_temp_dir: Path) -> Iterator[None]:
+    """After the worker's Ray, which needs its session files until it stops."""
     yield
     WorkerRay.down()
 

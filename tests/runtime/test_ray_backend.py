@@ -130,18 +130,21 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
         tiny_config: Callable[..., Config], thread_baseline: int) -> None:
     """Its processes also block SIGINT and SIGTERM: a signal to the run's process group (Ctrl-C, a scheduler's
     SIGTERM) reaches the trainer alone, which stops them after its final checkpoint (if raylet died with it,
-    Ray's core worker would end the trainer with exit 1 first).
+    Ray's core worker would end the trainer with exit 1 first). Its session files are under the test session's
+    RAY_TMPDIR (conftest), not the machine's /tmp/ray.
     """
     cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     opened: list[dict[int, tuple[int, str, int]]] = []
     children: list[dict[int, set[int]]] = []
+    sessions: list[Path] = []
     ingest = trainer._ingest
 
     def look_while_running(item: CollectorBatch) -> None:
         if not opened:
             opened.append(listening_of(os.getpid()))
             children.append(ray_children())
+            sessions.append(Path(ray._private.worker._global_node.get_session_dir_path()))
         ingest(item)
 
     trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
@@ -150,6 +153,7 @@ def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
     assert opened[0] and all(is_loopback(address) for _, address, _ in opened[0].values()), opened[0]
     stop = {int(signal.SIGINT), int(signal.SIGTERM)}
     assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
+    assert sessions[0].is_relative_to(os.environ["RAY_TMPDIR"]), sessions[0]
     assert not ray.is_initialized()  # the run started it, the run shut it down
     gc.collect()  # Ray objects no one holds any more
     assert still_listening(opened[0]) == {}
