@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["alive", "descendants", "kill_and_wait", "stop_all"]
+__all__ = ["alive", "descendants", "exists", "kill_and_wait", "start_time", "stop_all"]
 
 
 def descendants(pids: Iterable[int]) -> set[int]:
@@ -73,3 +73,26 @@ def alive(pids: Iterable[int]) -> set[int]:
         if state != "Z":
             running.add(pid)
     return running
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (/proc's ``starttime``): with the pid, it names one process
+    even once the kernel has given its pid to another. None where there is no /proc, or once it has ended.
+    """
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def exists(pid: int) -> bool:
+    """``pid`` is a process, running or a zombie not yet reaped (what a machine without /proc can tell: the
+    signal-0 probe); one of another user's counts.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from types import FrameType
 from typing import Any
 
@@ -75,8 +75,9 @@ class CollectorPool:
         """(start, end) of the gaps between checks longer than UNOBSERVED_S: time no collector is blamed for."""
         self.collectors: dict[int, Collector] = {i: make_collector(i, 0) for i in range(num_collectors)}
         self.restarts = 0
-        self._paid: set[str] = set()
-        """Shared causes of failure (``shared_cause``) a restart has already been counted for."""
+        self._paid: set[Hashable] = set()
+        """Shared causes of failure a restart has already been counted for, by ``shared_cause_key`` (else by
+        ``shared_cause``, the cause's words)."""
         self.hung: set[int] = set()
         self.retired: list[Collector] = []
         """Failed or hung incarnations (joined at close)."""
@@ -156,7 +157,8 @@ class CollectorPool:
         """
         self.failures.append((cid, c.incarnation, self.clock(), c.last_beat, what))
         shared = getattr(error, "shared_cause", None)
-        if shared is not None and shared in self._paid:
+        key = getattr(error, "shared_cause_key", shared)
+        if shared is not None and key in self._paid:
             self.log(f"[mbpo] {what}: {shared}, as for an earlier restart; restarting it from the newest weights "
                      f"(not counted again: restart {self.restarts}/{self.max_restarts})")
             self._start_next(cid, c)
@@ -171,7 +173,7 @@ class CollectorPool:
             raise CollectorFailure(f"{what}; {spent}{why}") from error
         self.restarts += 1
         if shared is not None:
-            self._paid.add(shared)
+            self._paid.add(key)
         self.log(f"[mbpo] {what}; restarting it from the newest weights (restart {self.restarts}/"
                  f"{self.max_restarts}){detail}")
         self._start_next(cid, c)

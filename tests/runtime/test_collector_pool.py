@@ -1,6 +1,12 @@
-"""CollectorPool's hang timer on a fake clock: it counts only the time the trainer ran."""
+"""CollectorPool on a fake clock: its hang timer counts only the time the trainer ran; its restart budget counts a
+shared cause (one process, by pid and start time) once.
+"""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -118,3 +124,70 @@ def test_a_hung_collector_past_the_budget_names_the_settings_not_a_traceback() -
     assert str(info.value).endswith("terminated it; restart budget spent (0/0) (runtime.collector_timeout_s says when "
                                     "a collector is hung, runtime.max_restarts how many restarts a run has)")
     assert "traceback" not in str(info.value) and "Traceback" not in "".join(logs)
+
+
+class Failed(SilentThread):
+    """A collector that failed as soon as it started, with ``error``."""
+
+    def __init__(self, clock: Clock, incarnation: int, error: BaseException) -> None:
+        super().__init__(clock)
+        self.incarnation, self.error = incarnation, error
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_shared_cause_is_one_process_by_pid_and_start_time_not_by_pid_alone() -> None:
+    """The fork server dies (pid 7): both collectors forked from it fail and cost one restart. A later server
+    the kernel gave pid 7 again (pid wrap-around) is another process: its death costs a restart of its own.
+    """
+    from mbpo.runtime.backends.process import ForkServerGone
+
+    clock, logs = Clock(), []
+    gone = {(0, 0): ForkServerGone("ended with the server", 7, 100), (1, 0): ForkServerGone("ended", 7, 100),
+            (0, 1): ForkServerGone("ended with the next server", 7, 250)}
+
+    def make(cid: int, incarnation: int) -> SilentThread:
+        error = gone.get((cid, incarnation))
+        return SilentThread(clock) if error is None else Failed(clock, incarnation, error)
+
+    pool = CollectorPool(2, make, Gate(), max_restarts=1, timeout_s=TIMEOUT_S,  # type: ignore[arg-type]
+                         log=logs.append, clock=clock)
+    pool.start()
+    pool.check()  # collector 0 pays, 1 restarts free
+    assert pool.restarts == 1 and "(not counted again: restart 1/1)" in logs[1]
+    with pytest.raises(CollectorFailure, match=r"collector 0 failed; restart budget spent \(1/1\): .*ended with the "
+                                               r"next server"):
+        pool.check()  # 0's next incarnation, forked from the next server
+    assert [f[:2] for f in pool.failures] == [(0, 0), (1, 0), (0, 1)] and pool.restarts == 1
+    assert "[mbpo] collector 1 failed: the fork server (pid 7) is gone, as for an earlier restart" in logs[1]
+
+
+def test_a_process_start_time_tells_it_from_a_later_one_with_its_pid() -> None:
+    """``start_time`` is /proc's starttime: this process's is before a child it starts, and an ended child's is
+    None (its pid may be another process's by then).
+    """
+    from mbpo.runtime.proc_tree import start_time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child_start = start_time(child.pid)
+    child.wait()
+    ours = start_time(os.getpid())
+    assert ours is not None and child_start is not None and ours <= child_start
+    assert start_time(child.pid) is None
+
+
+def test_a_fork_server_is_gone_once_it_ended_and_without_proc_once_it_is_reaped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With /proc a zombie server is gone (it forks nothing); without it only a reaped one can be told gone."""
+    from mbpo.runtime.backends import forkserver
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    assert not forkserver.server_gone(child.pid)
+    child.stdin.close()  # type: ignore[union-attr]
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has ended, and is a zombie until reaped
+    assert forkserver.server_gone(child.pid)
+    monkeypatch.setattr(forkserver, "Path", lambda path: type("NoProc", (), {"is_dir": lambda self: False})())
+    assert not forkserver.server_gone(child.pid)  # a zombie still answers signal 0
+    child.wait()
+    assert forkserver.server_gone(child.pid)

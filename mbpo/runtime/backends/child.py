@@ -29,6 +29,7 @@ from mbpo.config import EnvConfig
 from mbpo.errors import MbpoError
 from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, leave_the_fork_server_alone
 from mbpo.runtime.collectors import CollectorSetup, CpuSinceLast, EnvStepper
+from mbpo.runtime.proc_tree import exists
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
 from mbpo.runtime.shared_weights import SharedWeights
@@ -140,15 +141,5 @@ def _die_with_parent(trainer_pid: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    if os.getppid() != parent or not _alive(trainer_pid):  # gone before the prctl took effect
+    if os.getppid() != parent or not exists(trainer_pid):  # gone before the prctl took effect
         os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -25,7 +25,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import Any
 
-from mbpo.runtime.proc_tree import alive
+from mbpo.runtime.proc_tree import alive, exists
 
 __all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "LOST_TO_THE_SERVER", "ForkServerLease",
            "leave_the_fork_server_alone", "server_gone"]
@@ -110,15 +110,7 @@ def server_gone(pid: int) -> bool:
     """The fork server ``pid`` has ended (a zombie not yet reaped has: it forks nothing). Where there is no /proc
     to tell a zombie, only a process already reaped: a live-looking server charges each collector's restart.
     """
-    if Path("/proc").is_dir():
-        return not alive([pid])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not alive([pid]) if Path("/proc").is_dir() else not exists(pid)
 
 
 def start_server() -> None:

@@ -51,6 +51,7 @@ from mbpo.runtime.collectors import (
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
 from mbpo.runtime.main_guard import COLLECTOR_PROCESS_PREFIX, UNGUARDED_MAIN_EXIT, UnguardedMainError
+from mbpo.runtime.proc_tree import start_time
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -72,9 +73,11 @@ class ForkServerGone(CollectorProcessError):
     (``shared_cause``), and the first restart starts a new server.
     """
 
-    def __init__(self, message: str, server_pid: int) -> None:
+    def __init__(self, message: str, server_pid: int, server_start: int | None) -> None:
         super().__init__(message)
         self.shared_cause = f"the fork server (pid {server_pid}) is gone"
+        self.shared_cause_key = ("fork server", server_pid, server_start)
+        """The server by pid and start time: a later server given a dead one's pid is another cause."""
 
 
 def remote_error(cid: int, pid: int | None, type_name: str, message: str, text: str,
@@ -98,6 +101,8 @@ class ProcessCollector(CollectorLoop):
         self.pid: int | None = None
         self.server_pid: int | None = None
         """The fork server this collector's process was forked from (None: spawned)."""
+        self.server_start: int | None = None
+        """That server's start time (``proc_tree.start_time``; None without /proc)."""
         self.process: Any = None
         self._conn: Any = None
         self._slots: set[int] = set()  # granted to the child and not yet handed on
@@ -127,6 +132,7 @@ class ProcessCollector(CollectorLoop):
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
         self._conn, self.pid, self.server_pid = parent_end, self.process.pid, b.lease.server_pid
+        self.server_start = start_time(self.server_pid) if self.server_pid is not None else None
 
     def join(self, timeout: float) -> bool:
         """The proxy thread ends; then the child is asked to stop and joined, all by ``timeout``."""
@@ -239,7 +245,7 @@ class ProcessCollector(CollectorLoop):
         if code == LOST_TO_THE_SERVER and self.server_pid is not None and server_gone(self.server_pid):
             return ForkServerGone(f"collector {self.collector_id}'s process (pid {self.pid}) ended with the fork "
                                   f"server it was forked from (pid {self.server_pid}), which is gone (killed: the "
-                                  "OOM killer? the kernel log says)", self.server_pid)
+                                  "OOM killer? the kernel log says)", self.server_pid, self.server_start)
         how = ("is still running but closed its pipe" if code is None else
                f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
         return CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) {how}")
