@@ -30,6 +30,22 @@ def test_shipped_configs_load(path: Path) -> None:
     assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_[a-z]+)*(_\d+)?", path.stem) is not None)
 
 
+PAPER_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if "MBPO paper's" in p.read_text())
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=lambda p: p.stem)
+def test_a_config_that_says_it_has_the_mbpo_papers_constants_has_them(path: Path) -> None:
+    """jannerm/mbpo: the model stops after max_epochs_since_update=5 epochs with a strict > (our patience 6), its
+    SAC clips no gradient, 7 members with 5 elites, batch 256, real_ratio 0.05, 400 branches per real transition
+    (100k every 250). halfcheetah_mbpo said so and kept the schema's patience 5 and max_grad_norm 10.
+    """
+    cfg = load_config(path)
+    assert (cfg.model.patience, cfg.agent.sac.max_grad_norm) == (6, 0.0)
+    assert (cfg.model.ensemble_size, cfg.model.num_elites, cfg.agent.batch_size) == (7, 5, 256)
+    assert (cfg.model.real_ratio, cfg.model.train_freq, cfg.model.rollouts_per_real) == (0.05, 250, 400)
+    assert len(PAPER_CONFIGS) >= 4
+
+
 def test_a_config_over_its_base_gets_the_bases_keys_and_its_own(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text("seed: 3\nenv:\n  num_envs: 2\n  id: CartPole-v1\nagent:\n  name: dqn\n")
     (tmp_path / "sub").mkdir()
