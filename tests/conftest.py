@@ -125,9 +125,10 @@ def ray_session_files_in_a_temp_dir() -> Iterator[Path]:
     """Every Ray the session starts (the worker's, a run's private one, those of the subprocesses it runs, which
     inherit the variable) keeps its session files (logs, sockets, about 240 KB a start) under a directory of this
     session's own, removed at its end, instead of adding a ``session_*`` to the machine's ``/tmp/ray`` for good
-    (a thousand of them after a few full runs). Short, as Ray's socket paths under it must stay under 108 bytes.
+    (a thousand of them after a few full runs). Under /tmp, where Ray puts them by default, not under TMPDIR: Ray's
+    socket paths below it must stay under 108 bytes, and a long TMPDIR (a cluster job's, macOS's) would overflow.
     """
-    temp = Path(tempfile.mkdtemp(prefix="mbpo-ray-"))
+    temp = Path(tempfile.mkdtemp(prefix="mbpo-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
     os.environ["RAY_TMPDIR"] = str(temp)
     try:
         yield temp

@@ -77,7 +77,8 @@ def alive(pids: Iterable[int]) -> set[int]:
 
 def start_time(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks after boot (/proc's ``starttime``): with the pid, it names one process
-    even once the kernel has given its pid to another. None where there is no /proc, or once it has ended.
+    even once the kernel has given its pid to another. None where there is no /proc, or once it has been reaped
+    (a zombie still has its own).
     """
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -163,30 +165,39 @@ def test_a_shared_cause_is_one_process_by_pid_and_start_time_not_by_pid_alone() 
     assert "[mbpo] collector 1 failed: the fork server (pid 7) is gone, as for an earlier restart" in logs[1]
 
 
-def test_a_process_start_time_tells_it_from_a_later_one_with_its_pid() -> None:
-    """``start_time`` is /proc's starttime: this process's is before a child it starts, and an ended child's is
-    None (its pid may be another process's by then).
+def test_a_process_start_time_is_when_it_started() -> None:
+    """``start_time`` is /proc's starttime (ticks after boot): a child started now started within a minute of
+    now by the boot time, and a reaped one has none (its pid may be another process's by then).
     """
     from mbpo.runtime.proc_tree import start_time
 
+    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime "))
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child_start = start_time(child.pid)
+    child_start = start_time(child.pid)  # running or a zombie until the wait below: its own either way
     child.wait()
-    ours = start_time(os.getpid())
-    assert ours is not None and child_start is not None and ours <= child_start
+    assert child_start is not None
+    assert abs(boot + child_start / os.sysconf("SC_CLK_TCK") - time.time()) < 60.0
     assert start_time(child.pid) is None
 
 
 def test_a_fork_server_is_gone_once_it_ended_and_without_proc_once_it_is_reaped(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With /proc a zombie server is gone (it forks nothing); without it only a reaped one can be told gone."""
+    """With /proc a zombie server is gone (it forks nothing), and so is one whose pid a process that started at
+    another time has now; without /proc only a reaped one can be told gone.
+    """
     from mbpo.runtime.backends import forkserver
 
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    assert not forkserver.server_gone(child.pid)
-    child.stdin.close()  # type: ignore[union-attr]
+    try:
+        started = forkserver.start_time(child.pid)
+        assert started is not None
+        assert not forkserver.server_gone(child.pid) and not forkserver.server_gone(child.pid, started)
+        assert forkserver.server_gone(child.pid, started - 1)  # the server that had this pid before it
+    finally:
+        child.stdin.close()  # type: ignore[union-attr]
     os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has ended, and is a zombie until reaped
-    assert forkserver.server_gone(child.pid)
+    assert forkserver.server_gone(child.pid, started)
     monkeypatch.setattr(forkserver, "Path", lambda path: type("NoProc", (), {"is_dir": lambda self: False})())
     assert not forkserver.server_gone(child.pid)  # a zombie still answers signal 0
     child.wait()

@@ -25,7 +25,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from pathlib import Path
 from typing import Any
 
-from mbpo.runtime.proc_tree import alive, exists
+from mbpo.runtime.proc_tree import alive, exists, start_time
 
 __all__ = ["FORKSERVER_PRELOAD", "SERVER_BLOCKS", "LOST_TO_THE_SERVER", "ForkServerLease",
            "leave_the_fork_server_alone", "server_gone"]
@@ -106,11 +106,15 @@ class ForkServerLease:
                 ForkServerLease._ours = False
 
 
-def server_gone(pid: int) -> bool:
-    """The fork server ``pid`` has ended (a zombie not yet reaped has: it forks nothing). Where there is no /proc
-    to tell a zombie, only a process already reaped: a live-looking server charges each collector's restart.
+def server_gone(pid: int, started: int | None = None) -> bool:
+    """The fork server ``pid`` (which started at ``started``, :func:`start_time`'s clock, where known) has ended
+    (a zombie not yet reaped has: it forks nothing); a process that has its pid now but started at another time
+    is another. Where there is no /proc to tell a zombie, only a process already reaped: a live-looking server
+    charges each collector's restart.
     """
-    return not alive([pid]) if Path("/proc").is_dir() else not exists(pid)
+    if not Path("/proc").is_dir():
+        return not exists(pid)
+    return not alive([pid]) or (started is not None and start_time(pid) != started)
 
 
 def start_server() -> None:

@@ -242,10 +242,11 @@ class ProcessCollector(CollectorLoop):
         code = self.process.exitcode
         if code == UNGUARDED_MAIN_EXIT:
             return UnguardedMainError()
-        if code == LOST_TO_THE_SERVER and self.server_pid is not None and server_gone(self.server_pid):
+        server = self.server_pid
+        if code == LOST_TO_THE_SERVER and server is not None and server_gone(server, self.server_start):
             return ForkServerGone(f"collector {self.collector_id}'s process (pid {self.pid}) ended with the fork "
-                                  f"server it was forked from (pid {self.server_pid}), which is gone (killed: the "
-                                  "OOM killer? the kernel log says)", self.server_pid, self.server_start)
+                                  f"server it was forked from (pid {server}), which is gone (killed: the "
+                                  "OOM killer? the kernel log says)", server, self.server_start)
         how = ("is still running but closed its pipe" if code is None else
                f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
         return CollectorProcessError(f"collector {self.collector_id}'s process (pid {self.pid}) {how}")
