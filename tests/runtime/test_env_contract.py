@@ -73,11 +73,19 @@ CONVERTED = (f"[mbpo] {WHO}: the env returns obs as float64, info['final_obs'] a
 
 @pytest.fixture
 def no_collector_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Starting the collectors fails the test: the check must come first."""
+    """Starting the collectors, or the fork server they are forked from, fails the test: the check must come first
+    (a server started for a run that then fails waits out its imports, about 3 s, before it can be stopped).
+    """
+    from mbpo.runtime.backends import forkserver
+
     def start(pool: CollectorPool) -> None:
         raise AssertionError("a collector started before the env was checked")
 
+    def start_server() -> None:
+        raise AssertionError("the fork server started before the env was checked")
+
     monkeypatch.setattr(CollectorPool, "start", start)
+    monkeypatch.setattr(forkserver, "start_server", start_server)
 
 
 def error_lines(err: str) -> list[str]:

@@ -60,8 +60,10 @@ def leave_the_fork_server_alone() -> None:
 
 
 class ForkServerLease:
-    """The process-backend runs of this process that use the fork server. The first starts it (unless one runs
-    already: another library's, reused as it is), the last stops the one it started.
+    """The process-backend runs of this process that use the fork server. The first run's first collector starts
+    it (unless one runs already: another library's, reused as it is), the last run stops the one it started.
+    Started at a launch (:meth:`start`), not with the run: a run that fails its start-up (an env that breaks the
+    contract) starts none, so it does not wait out the server's imports (about 3 s of CPU) to stop it.
     """
 
     _lock = threading.Lock()
@@ -81,6 +83,12 @@ class ForkServerLease:
                 self.context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
             ForkServerLease._holders += 1
             self._held = True
+
+    def start(self) -> None:
+        """Before each fork: start the server if it is not running (again, if it died); a no-op where collectors
+        are spawned.
+        """
+        if self._held:
             start_server()
 
     @property

@@ -121,10 +121,11 @@ class ProcessCollector(CollectorLoop):
         self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
                                                                    b.beats),
                                      name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
+        b.lease.start()
         # Ctrl-C reaches the whole process group, children too: blocked from here (and in the fork server, which
-        # start() starts again with this mask if it died), the child starts with it blocked and only lifts it once
-        # it ignores SIGINT (collector_main), so a Ctrl-C while it imports cannot print a KeyboardInterrupt
-        # traceback; the trainer stops its children itself.
+        # starts with this mask), the child starts with it blocked and only lifts it once it ignores SIGINT
+        # (collector_main), so a Ctrl-C while it imports cannot print a KeyboardInterrupt traceback; the trainer
+        # stops its children itself.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)
         try:
             self.process.start()
