@@ -86,11 +86,14 @@ def test_eval_films_every_episode_side_by_side(tmp_path: Path, capsys: pytest.Ca
 @pytest.mark.parametrize(("video", "message"), [
     ("out.avi", "error: video path 'out.avi' has the extension '.avi'; expected one of .mp4, .gif"),
     ("missing/out.mp4", "error: video path 'missing/out.mp4': the folder 'missing' does not exist"),
+    ("folder.mp4", "error: video path 'folder.mp4': is a folder; expected a file path in it (e.g. folder.mp4/out.mp4)"),
+    ("/proc/out.gif", "error: video path '/proc/out.gif': cannot be written ("),
 ])
 def test_eval_refuses_a_video_it_cannot_write_before_loading_anything(
         video: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.mp4").mkdir()
     assert cli.main(["eval", "--checkpoint", "no-such.pt", "--video", video]) == 2  # the checkpoint is not read
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and "\n" not in err

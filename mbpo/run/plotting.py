@@ -24,6 +24,7 @@ from typing import Any
 
 from mbpo.errors import MbpoError
 from mbpo.run.metrics import note_passed_over, read_runs
+from mbpo.run.out_path import output_file_problem
 
 __all__ = ["plot_learning_curve", "plot_runs", "plot_model_health", "curves", "run_label", "describe_run", "load_runs",
            "plottable",
@@ -320,14 +321,15 @@ def default_out(run_dirs: RunDirs) -> Path:
 
 
 def check_out(out: Path) -> None:
-    """An output path matplotlib can write: its folder exists and its extension names a format it knows
+    """An output path matplotlib can write: a file in a writable folder, its extension a format it knows
     (checked before any run is read, so a typo costs nothing).
     """
     _pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if not out.parent.is_dir():
-        raise MbpoError(f"--out {out}: the folder {out.parent} does not exist; create it first or write elsewhere")
+    problem = output_file_problem(out)
+    if problem is not None:
+        raise MbpoError(f"--out {out}: {problem}")
     formats = FigureCanvasBase.get_supported_filetypes()
     if out.suffix.lower().lstrip(".") not in formats:
         raise MbpoError(f"--out {out}: {f'unknown image format {out.suffix!r}' if out.suffix else 'no extension'}; "

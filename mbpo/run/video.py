@@ -25,6 +25,7 @@ import torch
 
 import envs
 from mbpo.errors import MbpoError
+from mbpo.run.out_path import output_file_problem
 
 __all__ = ["VideoError", "VIDEO_FORMATS", "DEFAULT_FPS", "check_video_path", "EpisodeRecorder", "VideoSummary",
            "EvalVideos", "tile"]
@@ -45,7 +46,7 @@ class VideoError(MbpoError):
 
 
 def check_video_path(path: str | Path) -> Path:
-    """``path`` if a video can be written there (a known extension, an existing folder, the writer installed);
+    """``path`` if a video can be written there (a known extension, a file in a writable folder, the writer installed);
     else one VideoError saying what to change. Called before anything is built, so a typo costs nothing.
     """
     path = Path(path)
@@ -53,10 +54,9 @@ def check_video_path(path: str | Path) -> Path:
     if suffix not in VIDEO_FORMATS:
         raise VideoError(f"video path {str(path)!r} has the extension {suffix or '(none)'!r}; expected one of "
                          f"{', '.join(VIDEO_FORMATS)} (the extension picks the format)")
-    folder = path.parent
-    if not folder.is_dir():
-        raise VideoError(f"video path {str(path)!r}: the folder {str(folder)!r} does not exist; create it first "
-                         "or write the video elsewhere")
+    problem = output_file_problem(path)
+    if problem is not None:
+        raise VideoError(f"video path {str(path)!r}: {problem}")
     _require_writer(suffix)
     return path
 

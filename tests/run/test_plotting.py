@@ -111,7 +111,9 @@ def test_plot_of_only_an_unreadable_run_is_one_line_and_exit_2(tmp_path: Path, n
 
 
 @pytest.mark.parametrize(("out", "why"), [
-    ("missing/chart.png", r"the folder \S+/missing does not exist"),
+    ("missing/chart.png", r"the folder '\S+/missing' does not exist"),
+    ("folder.png", r"is a folder; expected a file path in it \(e\.g\. \S+/folder\.png/out\.png\)"),
+    ("/proc/chart.png", r"cannot be written \(.+\); write elsewhere"),
     ("chart.xyz", r"unknown image format '\.xyz'; expected one of (\.\w+, )*\.pdf, (\.\w+, )*\.png"),  # matplotlib's
     ("chart", r"no extension; expected one of (\.\w+, )*\.pdf, (\.\w+, )*\.png"),
 ])
@@ -119,11 +121,12 @@ def test_plot_to_an_output_it_cannot_write_is_one_line_and_exit_2(tmp_path: Path
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     good = run_dir(tmp_path, "good", EVALUATED)
+    (tmp_path / "folder.png").mkdir()
     assert cli.main(["plot", str(good), "--out", str(tmp_path / out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: --out {tmp_path / out}: ")
     assert re.search(why, err), err
-    assert not list(tmp_path.rglob("*.png")) and not (tmp_path / "missing").exists()
+    assert not [p for p in tmp_path.rglob("*.png") if p.is_file()] and not (tmp_path / "missing").exists()
 
 
 def test_plot_names_the_format_by_the_extension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
