@@ -498,3 +498,15 @@ def test_a_run_dir_removed_while_the_run_runs_stops_it_with_one_line_and_is_not_
                                    "more can be recorded there (start it again with `python -m mbpo train`)"], \
         err[-3000:]
     assert "Traceback" not in err and not run.exists(), err[-3000:]
+
+
+def test_a_config_file_that_is_not_utf8_text_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A YAML saved as Latin-1, or a checkpoint passed as --config by mistake: the file and what was expected,
+    not a UnicodeDecodeError traceback.
+    """
+    (tmp_path / "latin1.yaml").write_bytes("# réglage\nseed: 1\n".encode("latin-1"))
+    line = error_line(capfd, "train", "--config", str(tmp_path / "latin1.yaml"))
+    assert line == (f"error: config file '{tmp_path / 'latin1.yaml'}' is not UTF-8 text (byte 3: b'\\xe9'); expected "
+                    "a YAML text file such as configs/pendulum_sac.yaml (saved as UTF-8)")
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04\x14\x00\x80\xff")
+    assert "ckpt.pt' is not UTF-8 text" in error_line(capfd, "train", "--config", str(tmp_path / "ckpt.pt"))

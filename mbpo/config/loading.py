@@ -39,7 +39,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             if not path.is_file():
                 via = f" (the base of {layers[0][1]})" if layers else ""
                 raise ConfigError(f"config file {str(path)!r} does not exist{via}")
-            text = path.read_text()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:  # another encoding, or not a text file (a checkpoint, an image)
+                raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}: "
+                                  f"{exc.object[exc.start:exc.start + 1]!r}); expected a YAML text file such as "
+                                  "configs/pendulum_sac.yaml (saved as UTF-8)") from None
             data = _check_yaml(text, str(path))
             if data is None:  # a file saved empty, or the wrong file: not a run of the schema's defaults by chance
                 raise ConfigError(f"config file {str(path)!r} holds no keys (it is empty, or only comments); expected "
