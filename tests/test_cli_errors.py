@@ -415,12 +415,26 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_how_to_go_on(
 
 def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_train_again(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """And a run whose checkpoints were all found corrupt says so, the first time and every time after (a second
+    resume once took the renamed files for none ever written).
+    """
     from mbpo import cli
 
     run = tmp_path / "r"
     assert cli.main(["train", *FAST, "checkpoint.every=1000", "total_env_steps=64", f"run_dir={run}"]) == 0
-    for saved in (run / "checkpoints").glob("ckpt_*.pt"):
-        saved.unlink()  # as a SIGKILL before the first checkpoint leaves the dir
+    saved = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    for path in saved:
+        os.truncate(path, 100)
+    corrupt = ", ".join(f"{path.name}.corrupt" for path in saved)
+    for attempt in range(2):
+        capsys.readouterr()
+        assert cli.main(["resume", str(run), "total_env_steps=128"]) == 2
+        assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")] == [
+            f"error: no checkpoint in '{run / 'checkpoints'}' loads: each was found unreadable and renamed *.corrupt "
+            f"({corrupt}); put back a good copy of one (named without .corrupt), or train again with "
+            "run_dir=<new dir>"], attempt
+    for path in (run / "checkpoints").glob("ckpt_*"):
+        path.unlink()  # as a SIGKILL before the first checkpoint leaves the dir
     capsys.readouterr()
     assert cli.main(["resume", str(run)]) == 2
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")] == [

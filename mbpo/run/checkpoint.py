@@ -27,7 +27,7 @@ from mbpo.errors import MbpoError
 __all__ = [
     "save_checkpoint", "load_checkpoint", "read_file", "load_latest", "list_checkpoints", "checkpoint_steps",
     "CheckpointError", "UnsafeCheckpointError", "CorruptCheckpointError", "ForeignCheckpointError",
-    "CheckpointWriteError", "remove_stale_temporaries",
+    "CheckpointWriteError", "remove_stale_temporaries", "corrupt_checkpoints",
     "FORMAT", "CORRUPT_SUFFIX",
 ]
 
@@ -68,6 +68,23 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
+
+
+def corrupt_checkpoints(directory: str | Path) -> list[Path]:
+    """Checkpoints of ``directory`` found unreadable and renamed ``*.corrupt`` (kept: a user may repair one)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir()
+                  if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX + CORRUPT_SUFFIX))
+
+
+def no_checkpoint_loads(directory: str | Path, corrupt: list[Path]) -> str:
+    """Why ``directory`` has nothing to load when every checkpoint it had was found corrupt."""
+    names = ", ".join(p.name for p in corrupt[-3:]) + (f" and {len(corrupt) - 3} more" if len(corrupt) > 3 else "")
+    return (f"no checkpoint in {str(directory)!r} loads: each was found unreadable and renamed *{CORRUPT_SUFFIX} "
+            f"({names}); put back a good copy of one (named without {CORRUPT_SUFFIX}), or train again with "
+            "run_dir=<new dir>")
 
 
 def remove_stale_temporaries(directory: Path) -> list[Path]:
@@ -186,7 +203,9 @@ def load_latest(
     """
     candidates = list_checkpoints(directory)
     if not candidates:
-        raise CheckpointError(f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")
+        corrupt = corrupt_checkpoints(directory)
+        raise CheckpointError(no_checkpoint_loads(directory, corrupt) if corrupt else
+                              f"no checkpoint ({PREFIX}*{SUFFIX}) in {str(directory)!r}")
     for path in reversed(candidates):
         try:
             return path, load_checkpoint(path, map_location, trust)
@@ -194,8 +213,7 @@ def load_latest(
             bad = _mark_corrupt(path)
             print(f"[mbpo] {exc}; renamed it to {bad.name} (not counted toward checkpoint.keep) and trying "
                   "the previous checkpoint", file=sys.stderr)
-    raise CheckpointError(f"none of the {len(candidates)} checkpoints in {str(directory)!r} could be loaded "
-                          f"(each was renamed *{CORRUPT_SUFFIX})")
+    raise CheckpointError(no_checkpoint_loads(directory, corrupt_checkpoints(directory)))
 
 
 def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointError:

@@ -11,7 +11,7 @@ from typing import Any
 
 from mbpo.config import Config, ConfigError, config_from_yaml, describe
 from mbpo.errors import MbpoError
-from mbpo.run.checkpoint import list_checkpoints, load_latest
+from mbpo.run.checkpoint import corrupt_checkpoints, list_checkpoints, load_latest
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs
 from mbpo.runtime.env_builder import env_label, factory_name
 
@@ -52,10 +52,12 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     if not run_dir.is_dir():
         raise MbpoError(f"run dir {str(run_dir)!r} does not exist; expected a directory written by "
                         "`python -m mbpo train`")
-    if not list_checkpoints(run_dir / "checkpoints") and (run_dir / "config.yaml").is_file():
+    checkpoints = run_dir / "checkpoints"
+    never_saved = not list_checkpoints(checkpoints) and not corrupt_checkpoints(checkpoints)
+    if never_saved and (run_dir / "config.yaml").is_file():
         raise MbpoError(f"{run_dir} holds a run that stopped before its first checkpoint, so there is nothing to "
                         f"resume; train it again with run_dir=<new dir> (its config: {run_dir / 'config.yaml'})")
-    path, state = load_latest(run_dir / "checkpoints", trust=trust)
+    path, state = load_latest(checkpoints, trust=trust)
     check_belongs(run_dir, path, state)
     config = config_from_yaml(state["config"], overrides)
     config.run_dir = str(run_dir)
