@@ -39,7 +39,8 @@ def read_metrics(path: str | Path) -> list[dict[str, str]]:
     """The complete rows of a metrics.csv, also of a run that is still writing it.
 
     A last row cut mid-write (the file does not end in a newline, or the row is short of fields) is left out,
-    so no reader takes a cut value (``-14`` of ``-1457.4``) for a measurement; a header alone is no rows.
+    so no reader takes a cut value (``-14`` of ``-1457.4``) for a measurement; so are NUL bytes that end the file
+    (what a power loss leaves of a last write); a header alone is no rows.
     Raises :class:`UnreadableMetricsError`, naming the file and what is wrong, for a file that is not text,
     lacks :data:`REQUIRED_COLUMNS` (some other CSV), has a row with the wrong number of fields before its
     last, or a :data:`BASE_COLUMNS` cell that is not a number.
@@ -53,6 +54,7 @@ def read_metrics(path: str | Path) -> list[dict[str, str]]:
         raise not_text from None
     except OSError as exc:
         raise UnreadableMetricsError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    text = text.rstrip("\0")  # a power loss can leave the last block zeroed: a cut tail, as a cut row is
     if "\0" in text:
         raise not_text
     try:

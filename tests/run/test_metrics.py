@@ -141,14 +141,20 @@ def test_read_runs_keeps_the_evaluated_runs_and_says_why_it_passed_over_each_oth
     assert any_row == {tmp_path / "started": "no rows yet"}
 
 
-def test_a_resume_after_a_cut_write_drops_the_cut_row(tmp_path: Path) -> None:
-    """A crash mid-append leaves "3" of a row at env step 30; a resume from 20 must not keep it as env step 3."""
+@pytest.mark.parametrize("tail", ["3", "3" + "\0" * 512, "\0" * 4096], ids=["cut", "cut-then-nul", "nul"])
+def test_a_resume_after_a_cut_write_drops_the_cut_row(tmp_path: Path, tail: str) -> None:
+    """A crash mid-append leaves "3" of a row at env step 30; a resume from 20 must not keep it as env step 3.
+    A power loss may leave the last block zeroed instead: NUL bytes after the last whole row (they stopped every
+    resume and plot of the run, as a file that is not text).
+    """
     log = MetricsLogger(tmp_path, 100, progress=False)
     for step in (10, 20):
         log.log({"env_steps": step, "updates": step})
     log.close()
     with open(tmp_path / "metrics.csv", "a") as f:
-        f.write("3")
+        f.write(tail)
+    assert [r["env_steps"] for r in read_metrics(tmp_path / "metrics.csv")] == ["10", "20"]
     MetricsLogger(tmp_path, 100, progress=False, resume_at=20).close()
+    assert "\0" not in (tmp_path / "metrics.csv").read_text()
     assert [r["env_steps"] for r in read_metrics(tmp_path / "metrics.csv")] == ["10", "20"]
     assert (tmp_path / "metrics.csv").read_text().endswith("\n")
