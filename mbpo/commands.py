@@ -16,6 +16,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -294,10 +296,35 @@ class Interrupted(Exception):
 
 
 def quiet_torchrl() -> None:
-    """mbpo.run.logs.quiet_torchrl (it imports torchrl), for the commands that load it."""
-    from mbpo.run.logs import quiet_torchrl as quiet
+    """mbpo.run.logs.quiet_torchrl (it imports torchrl, and so torch), for the commands that load it, with stop
+    signals held off (:func:`signals_held_off`).
+    """
+    with signals_held_off():
+        from mbpo.run.logs import quiet_torchrl as quiet
 
-    quiet()
+        quiet()
+
+
+@contextmanager
+def signals_held_off() -> Iterator[None]:
+    """SIGINT and SIGTERM within the block are held, and stop the command (:class:`Interrupted`) once it ends. For
+    torch's import: a Ctrl-C in its middle was swallowed there and left numpy half-imported, so the command went on
+    (a run trained to its end) or failed later with an AttributeError traceback. Main thread only (Python's rule
+    for handlers); elsewhere a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        raise Interrupted(held[0])
 
 
 AFTER_START = "after the run's final checkpoint, which holds what it trained"

@@ -67,6 +67,31 @@ def test_ctrl_c_while_the_trainer_is_built_leaves_nothing(
     assert built and built[0].env_steps == 0 and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("command", ["train", "resume", "eval", "rollout"])
+def test_ctrl_c_while_torch_is_imported_stops_the_command(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's import swallowed a KeyboardInterrupt raised in its middle and left numpy half-imported: the command
+    went on (a run trained to its end, exit 0) or failed later with an AttributeError traceback. The import here
+    swallows it as torch's did; the signal must still stop the command, before it does anything.
+    """
+    import mbpo.run.logs
+
+    def import_that_swallows_it() -> None:
+        try:
+            signal.raise_signal(signal.SIGINT)  # as the user's Ctrl-C, in the middle of the import
+        except KeyboardInterrupt:
+            pass
+
+    monkeypatch.setattr(mbpo.run.logs, "quiet_torchrl", import_that_swallows_it)
+    argv = {"train": ["train", "--config", "configs/pendulum_sac.yaml", *TINY, f"run_dir={tmp_path / 'r'}"],
+            "resume": ["resume", str(tmp_path / "r")], "eval": ["eval", "--checkpoint", str(tmp_path / "c.pt")],
+            "rollout": ["rollout", "--env", "Pendulum-v1", "--steps", "8"]}[command]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "[mbpo] SIGINT: stopped", err[-2000:]
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("run", list(RUNS))
 def test_ctrl_c_before_the_first_env_step_leaves_nothing(
         run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
