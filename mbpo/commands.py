@@ -47,6 +47,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         learner = f"mbpo-{config.agent.name}" if config.model.enabled else config.agent.name  # MBPO apart from SAC
         config.run_dir = f"runs/{safe_name(config.env.id)}-{learner}-s{config.seed}-{stamp}-{os.getpid()}"
+    config.run_dir = os.path.expanduser(config.run_dir)  # `run_dir: ~/runs/x` in YAML, or quoted: not a ./~ dir
     run_dir = Path(config.run_dir)
     try:
         created = not run_dir.exists()

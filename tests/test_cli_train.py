@@ -161,6 +161,22 @@ def test_a_run_dir_stays_under_runs_whatever_the_env_id(tmp_path: Path, monkeypa
     assert Path(last_json(capsys.readouterr().out)["run_dir"]).name.startswith("Pendulum-v1-mbpo-sac-s0-")
 
 
+def test_a_run_dir_under_home_written_with_a_tilde_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``run_dir: ~/runs/x`` in YAML, or a quoted override, reaches Python with its ~ (no shell expands it): the
+    run made a directory named ``~`` in the current one.
+    """
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    fast = ["model.enabled=false", "agent.utd_ratio=1", "total_env_steps=150"]
+    assert cli.main(["train", "run_dir=~/runs/x", *TINY, *fast]) == 0
+    run = tmp_path / "home" / "runs" / "x"
+    assert last_json(capsys.readouterr().out)["run_dir"] == str(run) and (run / "metrics.csv").is_file()
+    assert list((tmp_path / "work").iterdir()) == []
+    assert f"run_dir: {run}" in (run / "config.yaml").read_text()
+
+
 def test_a_start_that_fails_before_its_first_step_leaves_no_run_dir(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
