@@ -157,9 +157,15 @@ def _overrides_last(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help-config" in argv:  # accepted anywhere on the line (`train --config X --help-config`), as --debug
+        print(f"# every key with the schema's default and meaning; a config file sets its own (the default run's is "
+              f"{DEFAULT_CONFIG}, whose resolved values each run writes to its run dir's config.yaml)")
+        for key, default, doc in describe():
+            print(f"{key} = {default}\n    {doc}")
+        return 0
     flags = [a for a in argv if a == "--debug"]  # a global flag: accepted anywhere on the line
     argv = [a for a in argv if a != "--debug"]
-    if not any(a in COMMANDS or a in ("-h", "--help", "--help-config") for a in argv):
+    if not any(a in COMMANDS or a in ("-h", "--help") for a in argv):
         mistyped = _mistyped_command(argv)
         if mistyped is not None:
             print(f"error: {mistyped}", file=sys.stderr)
@@ -167,12 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]  # default: train the default config
     argv = flags + _overrides_last(argv)
     args = build_parser().parse_args(argv)
-    if args.help_config:
-        print(f"# every key with the schema's default and meaning; a config file sets its own (the default run's is "
-              f"{DEFAULT_CONFIG}, whose resolved values each run writes to its run dir's config.yaml)")
-        for key, default, doc in describe():
-            print(f"{key} = {default}\n    {doc}")
-        return 0
     if args.debug or os.environ.get("MBPO_DEBUG") == "1":
         switches = {k: os.environ.get(k, "unset") for k in ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA")}
         print(f"[mbpo] debug mode: {switches}", file=sys.stderr)

@@ -65,6 +65,8 @@ def test_config_errors_exit_2_with_the_message(capsys: pytest.CaptureFixture[str
 
 
 def test_help_config_lists_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["train", "--config", "configs/hopper_mbpo.yaml", "--help-config"]) == 0  # anywhere, as --debug
+    assert capsys.readouterr().out.startswith("# every key with the schema's default")
     assert cli.main(["--help-config"]) == 0
     out = capsys.readouterr().out
     assert "agent.utd_ratio = null\n    Gradient updates per collected env transition" in out
