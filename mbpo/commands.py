@@ -217,10 +217,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from mbpo.run.plotting import check_out, check_run_dirs, default_out, plot_model_health, plot_runs, plottable
 
-    check_run_dirs([Path(d) for d in args.run_dirs])  # a mistyped run dir is named as one, not as its --out
-    out = default_out(args.run_dirs) if args.out is None else Path(args.out)
+    once: dict[Path, Path] = {}  # each run once, as first spelled: `plot runs/a "$PWD"/runs/a` counted it twice
+    for run_dir in map(Path, args.run_dirs):
+        once.setdefault(run_dir.resolve(), run_dir)
+    run_dirs = list(once.values())
+    check_run_dirs(run_dirs)  # a mistyped run dir is named as one, not as its --out
+    out = default_out(run_dirs) if args.out is None else Path(args.out)
     check_out(out)  # before any run is read
-    runs = plottable(args.run_dirs)  # read once: a run in progress or a damaged one is noted once and skipped
+    runs = plottable(run_dirs)  # read once: a run in progress or a damaged one is noted once and skipped
     png = plot_runs(runs, out, args.x)
     print(png)
     health = plot_model_health(runs, png.with_name(png.stem + "_model_health.png"), args.x)

@@ -136,6 +136,20 @@ def test_plot_names_the_format_by_the_extension(tmp_path: Path, capsys: pytest.C
     assert (tmp_path / "chart.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+def test_a_run_named_twice_is_plotted_once_into_its_own_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Spelled relative and absolute, one run was two (its seed counted twice) and its chart went to the current
+    directory, as for several runs.
+    """
+    pytest.importorskip("matplotlib")
+    good = run_dir(tmp_path, "good", EVALUATED)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plot", "good", str(good), "./good/"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == str(Path("good") / "learning_curve.png")
+    assert (good / "learning_curve.png").is_file() and not (tmp_path / "learning_curves.png").exists()
+
+
 def test_runs_with_one_label_but_other_settings_get_curves_of_their_own_naming_the_difference(tmp_path: Path) -> None:
     """The label shows a few keys; any other key that differs (a batch size, num_envs, the evaluation cadence) keeps
     runs apart too, so seeds of different configs never make one curve with a band between them.
