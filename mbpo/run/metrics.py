@@ -54,9 +54,10 @@ def read_metrics(path: str | Path) -> list[dict[str, str]]:
         raise not_text from None
     except OSError as exc:
         raise UnreadableMetricsError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    text = text.rstrip("\0")  # a power loss can leave the last block zeroed: a cut tail, as a cut row is
-    if "\0" in text:
+    cut = text.rstrip("\0")  # a power loss can leave the last block zeroed: a cut tail, as a cut row is
+    if "\0" in cut or (text and not cut):  # NULs in the middle, or nothing else (not even a header): damaged
         raise not_text
+    text = cut
     try:
         table = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error:

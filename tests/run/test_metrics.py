@@ -110,11 +110,13 @@ def test_a_run_that_has_not_logged_yet_has_no_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("content", "reason"), [
     (bytes(range(256)) * 4, "is not a text CSV"),
     (HEADER.encode() + b"100,1,\x00,,-5\n", "is not a text CSV"),
+    (b"\x00" * 4096, "is not a text CSV"),  # its header gone too: not "nothing written yet"
     ((HEADER + "abc,1,1.0,,-5\n").encode(), "line 2: env_steps 'abc' is not a number; expected an integer"),
     ((COMPLETE + "200,2,2.0,,high\n").encode(), "line 3: eval_return 'high' is not a number"),
     (b"step,reward\n1,2\n", "has no env_steps and no eval_return column (header: step,reward)"),
     ((COMPLETE + "150,1\n" + "200,2,2.0,,-5\n").encode(), "line 3 has 2 fields; expected 5"),
-], ids=["binary", "nul", "non-numeric-env_steps", "non-numeric-eval_return", "foreign-header", "short-middle-row"])
+], ids=["binary", "nul", "only-nul", "non-numeric-env_steps", "non-numeric-eval_return", "foreign-header",
+        "short-middle-row"])
 def test_an_unreadable_metrics_csv_is_one_user_error_naming_the_file_and_why(
         tmp_path: Path, content: bytes, reason: str) -> None:
     path = tmp_path / "metrics.csv"

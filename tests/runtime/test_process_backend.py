@@ -85,6 +85,28 @@ def test_a_process_run_with_a_local_env_factory_stops_before_any_child_starts(
         trainer.run()
 
 
+@pytest.mark.parametrize("fails", ["server", "fork"])
+def test_a_collector_that_cannot_be_started_is_the_runs_error_and_the_run_closes(
+        tiny_config: Callable[..., Config], no_leaks: None, monkeypatch: pytest.MonkeyPatch, fails: str) -> None:
+    """The fork server cannot start (a TMPDIR too long for its socket's path) or the fork fails: that error ends
+    the run, not an AttributeError from closing a collector that never started, and the run lets go of the server.
+    """
+    from mbpo.runtime.backends import forkserver
+
+    def cannot_start(*args: object) -> None:
+        raise OSError("AF_UNIX path too long")
+
+    if fails == "server":
+        monkeypatch.setattr(forkserver, "start_server", cannot_start)
+    else:
+        monkeypatch.setattr(mp.process.BaseProcess, "start", cannot_start)
+    cfg = tiny_config("runtime.backend=process")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    with pytest.raises(OSError, match="AF_UNIX path too long"):
+        trainer.run()
+    assert forkserver.ForkServerLease._holders == 0
+
+
 @pytest.mark.timeout(90)
 def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tmp_path: Path) -> None:
     """A collector process imports the script again; one that builds its trainer at its top level built a second

@@ -117,20 +117,24 @@ class ProcessCollector(CollectorLoop):
         """Spawn the child (from the caller's thread, so it dies with the trainer)."""
         b = self.backend
         check_plain(self.spec, f"collector {self.collector_id}'s spec")
-        parent_end, child_end = b.ctx.Pipe()
-        self.process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights,
-                                                                   b.beats),
-                                     name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
         b.lease.start()
+        parent_end, child_end = b.ctx.Pipe()
+        process = b.ctx.Process(target=collector_main, args=(self.spec, child_end, b.ring, b.shared_weights, b.beats),
+                                name=f"{COLLECTOR_PROCESS_PREFIX}{self.collector_id}.{self.incarnation}")
         # Ctrl-C reaches the whole process group, children too: blocked from here (and in the fork server, which
         # starts with this mask), the child starts with it blocked and only lifts it once it ignores SIGINT
         # (collector_main), so a Ctrl-C while it imports cannot print a KeyboardInterrupt traceback; the trainer
         # stops its children itself.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVER_BLOCKS)
         try:
-            self.process.start()
+            process.start()
+        except BaseException:  # no child: nothing for close() to stop, and its error is the run's
+            parent_end.close()
+            child_end.close()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        self.process = process
         child_end.close()  # ours closed: the pipe reports EOF as soon as the child is gone
         self._conn, self.pid, self.server_pid = parent_end, self.process.pid, b.lease.server_pid
         self.server_start = start_time(self.server_pid) if self.server_pid is not None else None
