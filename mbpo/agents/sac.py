@@ -98,6 +98,11 @@ class SAC:
                 f"SAC squashes actions into the Box bounds, which must be finite; got low={action_space.low}, "
                 f"high={action_space.high} (wrap the env to rescale actions to finite bounds)"
             )
+        if not np.issubdtype(action_space.dtype, np.floating):
+            raise AgentSpaceError(
+                f"SAC acts in a continuous Box, got one of {action_space.dtype} ({action_space}), in which the env "
+                "would round every action it is given while the learner trains on the unrounded one; use a float "
+                "Box, or a Discrete action space with agent.name=dqn")
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise AgentSpaceError(f"SAC needs a flat Box observation space, got {observation_space}")
         self.config = config

@@ -101,19 +101,27 @@ def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_coll
     assert (code, error_lines(err)) == (2, [f"error: {WHO}: {ERRORS[breaks]}"]), err[-3000:]
 
 
+SQUASH_ERRORS = {
+    "unbounded_actions": "SAC squashes actions into the Box bounds, which must be finite; got low=[-inf], high=[inf] "
+                         "(wrap the env to rescale actions to finite bounds)",
+    "integer_actions": "SAC acts in a continuous Box, got one of int64 (Box(-2, 2, (1,), int64)), in which the env "
+                       "would round every action it is given while the learner trains on the unrounded one; use "
+                       "a float Box, or a Discrete action space with agent.name=dqn"}
+
+
 @pytest.mark.parametrize("run", list(TRAINER_RUNS))
+@pytest.mark.parametrize("breaks", list(SQUASH_ERRORS))
 def test_actions_the_learner_cannot_squash_are_one_line_and_exit_2_before_any_collector_starts(
-        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
-    """The contract holds any Box space; SAC needs finite action bounds: the learner's refusal is the user's to fix
-    (a wrapper that rescales the actions), so it is one line, not a traceback, on every trainer and backend (it
-    comes before any backend starts, Ray's included).
+        run: str, breaks: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_collector_starts: None) -> None:
+    """The contract holds any Box space; SAC needs finite action bounds and real-valued actions: the learner's
+    refusal is the user's to fix (a wrapper that rescales the actions), so it is one line, not a traceback, on every
+    trainer and backend (it comes before any backend starts, Ray's included). An integer Box trained silently: the
+    env got 1 for 1.9, the replay buffer kept 1.9.
     """
-    code = cli.main(["train", *FACTORY, "env.kwargs.breaks=unbounded_actions", *TINY, *TRAINER_RUNS[run],
+    code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *TRAINER_RUNS[run],
                      f"run_dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err
-    assert (code, error_lines(err)) == (2, ["error: SAC squashes actions into the Box bounds, which must be finite; "
-                                            "got low=[-inf], high=[inf] (wrap the env to rescale actions to finite "
-                                            "bounds)"]), err[-3000:]
+    assert (code, error_lines(err)) == (2, [f"error: {SQUASH_ERRORS[breaks]}"]), err[-3000:]
 
 
 def test_a_field_that_breaks_only_at_the_training_envs_size_is_one_line_and_no_collector_restarts(
