@@ -49,6 +49,7 @@ from envs.base import (
     check_num_envs,
     resolve_env_ids,
 )
+from envs.contract import ContractError
 from envs.device import resolve_device
 from envs.offscreen import headless_gl
 
@@ -139,7 +140,7 @@ class GymnasiumVecEnv(VecEnv):
             seed, self._pending_seed = self._pending_seed, None
         else:
             self._pending_seed = None
-        obs, _ = self.vector_env.reset(seed=None if seed is None else int(seed))
+        obs, _ = _unpacked(self.vector_env.reset(seed=None if seed is None else int(seed)), "reset")
         self.episode_steps.zero_()
         self._obs = self._to_device(np.array(obs, dtype=np.float32))
         return self._obs
@@ -150,7 +151,7 @@ class GymnasiumVecEnv(VecEnv):
             raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'}: call reset() before reset(env_ids=...)")
         mask_np = mask.cpu().numpy()
         if mask_np.any():  # gymnasium rejects an all-False reset_mask
-            fresh, _ = self.vector_env.reset(options={"reset_mask": mask_np})
+            fresh, _ = _unpacked(self.vector_env.reset(options={"reset_mask": mask_np}), "reset")
             fresh_t = self._to_device(np.array(fresh, dtype=np.float32))
             # the other rows stay the obs we handed out, whatever the vector env echoes for them
             self._obs = torch.where(mask.unsqueeze(-1), fresh_t, self._obs)
@@ -163,7 +164,7 @@ class GymnasiumVecEnv(VecEnv):
             raise RuntimeError(f"{self.spec_id or 'GymnasiumVecEnv'}: call reset() before step()")
         check_actions(actions, self.action_space, self.num_envs, self.device, self.validate_actions)
         np_actions = actions.detach().cpu().numpy().astype(self.action_space.dtype, copy=False)
-        obs, reward, terminated, truncated, info = self.vector_env.step(np_actions)
+        obs, reward, terminated, truncated, info = _unpacked(self.vector_env.step(np_actions), "step")
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
         done = terminated | truncated
@@ -171,7 +172,7 @@ class GymnasiumVecEnv(VecEnv):
         final_obs = obs.copy()
         if done.any():
             if self._autoreset_mode is AutoresetMode.DISABLED:
-                new_obs, _ = self.vector_env.reset(options={"reset_mask": done.copy()})
+                new_obs, _ = _unpacked(self.vector_env.reset(options={"reset_mask": done.copy()}), "reset")
                 obs = np.array(new_obs, dtype=np.float32)
             else:  # SAME_STEP: obs is already the next episode's first observation
                 mask = np.asarray(info.get("_final_obs", done), dtype=bool)
@@ -284,3 +285,24 @@ def _max_episode_steps(spec: gym.envs.registration.EnvSpec | None) -> int | None
         return None
     limit = spec.kwargs.get("max_episode_steps", spec.max_episode_steps)
     return None if limit is None or limit < 0 else int(limit)
+
+
+GYMNASIUM_RETURNS = {"reset": "(obs, info)", "step": "(obs, reward, terminated, truncated, info)"}
+"""What a gymnasium (>= 0.26) vector env's ``reset`` and ``step`` return."""
+
+
+def _unpacked(result: Any, call: str) -> tuple[Any, ...]:
+    """``result`` of the wrapped env's ``call`` if it is gymnasium's tuple; else a ContractError naming what it
+    was. Unpacked unchecked, an old gym env's 4-value step was a ValueError traceback, and a reset that returns obs
+    alone unpacked its rows as (obs, info) when num_envs is 2.
+    """
+    want = GYMNASIUM_RETURNS[call]
+    if isinstance(result, tuple) and len(result) == want.count(",") + 1:
+        return result
+    got = (f"{len(result)} values" if isinstance(result, tuple) else
+           f"a {type(result).__name__}" + (f" of shape {tuple(result.shape)}" if hasattr(result, "shape") else ""))
+    old = {"reset": "gym's old reset returned obs alone", "step": "gym's old step returned (obs, reward, done, info), "
+           "with TimeLimit.truncated in info"}[call]
+    raise ContractError(call, "", got, f"gymnasium's {want}",
+                        f"return {want} as gymnasium >= 0.26 does ({old}; shimmy's GymV21CompatibilityV0 wraps such "
+                        "an env)")

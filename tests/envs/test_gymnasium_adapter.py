@@ -268,3 +268,30 @@ def test_partial_reset_errors_and_empty_reset() -> None:
         with pytest.raises(ValueError, match=r"bool mask must have shape \(3,\)"):
             env.reset(env_ids=torch.ones(2, dtype=torch.bool))
         assert torch.equal(env.reset(env_ids=torch.tensor([], dtype=torch.int64)), obs)
+
+
+class OldGymApi(gym.vector.SyncVectorEnv):
+    """A vector env of gym's old API: reset returns obs alone, step (obs, reward, done, info)."""
+
+    def reset(self, **kwargs: object) -> object:  # type: ignore[override]
+        return super().reset(**kwargs)[0]  # type: ignore[arg-type]
+
+    def step(self, actions: object) -> object:  # type: ignore[override]
+        obs, reward, terminated, truncated, info = super().step(actions)  # type: ignore[arg-type]
+        return obs, reward, terminated | truncated, {**info, "TimeLimit.truncated": truncated}
+
+
+@pytest.mark.parametrize("num_envs", [1, 2, 3])
+def test_an_old_gym_api_is_one_contract_error_naming_what_it_returned(num_envs: int) -> None:
+    """Unpacked unchecked: a ValueError traceback, or at num_envs=2 the obs rows taken for (obs, info)."""
+    vec = OldGymApi([lambda: gym.make("Pendulum-v1")] * num_envs, autoreset_mode=AutoresetMode.DISABLED)
+    env = GymnasiumVecEnv(vec)
+    with pytest.raises(envs.ContractError, match=rf"^reset returned a ndarray of shape \({num_envs}, 3\); expected "
+                                                 r"gymnasium's \(obs, info\).*gym's old reset returned obs alone"):
+        env.reset(seed=0)
+    vec.reset = lambda **kwargs: gym.vector.SyncVectorEnv.reset(vec, **kwargs)  # type: ignore[method-assign]
+    env.reset(seed=0)
+    with pytest.raises(envs.ContractError, match=r"^step returned 4 values; expected gymnasium's \(obs, reward, "
+                                                 r"terminated, truncated, info\)"):
+        env.step(torch.zeros(num_envs, 1))
+    env.close()
