@@ -151,6 +151,11 @@ class Trainer:
         self.env = self._make_env()
         try:
             check_interface(self.env, config.env)  # before anything reads its device, spaces or reset
+            if self._env_factory is not None and self.env.num_envs != config.env.num_envs:
+                raise ConfigError(
+                    f"env_factory {factory_name(self._env_factory)} built {self.env.num_envs:,} envs, "
+                    f"env.num_envs={config.env.num_envs:,}: the run counts env.num_envs envs per collector (its "
+                    f"budgets, ratio gate, rates and memory check); set env.num_envs={self.env.num_envs}")
             self._build_learner(config, device)
             self._build_runtime(config)
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator

@@ -60,6 +60,23 @@ def pendulum_renamed(collector_id: int, incarnation: int, seed: int) -> gym.vect
     return gymnasium_vector_env(collector_id, incarnation, seed)
 
 
+def four_pendulums(collector_id: int, incarnation: int, seed: int) -> gym.vector.VectorEnv:
+    return gym.make_vec("Pendulum-v1", num_envs=4,
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+
+
+def test_an_env_factory_that_builds_another_number_of_envs_than_the_config_is_one_error(
+        tiny_config: Callable[..., Config], thread_baseline: int, trainer_run: str) -> None:
+    """The run counts env.num_envs envs per collector: 4 envs under env.num_envs=1 trained with a gate and rates
+    four times off (the thread backend), or crashed on resume at the first broadcast of a per-env tensor.
+    """
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "env.num_envs=1")
+    with pytest.raises(ConfigError, match=r"^env_factory tests.trainers.test_env_factory:four_pendulums built 4 envs, "
+                                          r"env.num_envs=1: .*; set env.num_envs=4$"):
+        make_trainer(cfg, cfg.run_dir, env_factory=four_pendulums)
+    assert not Path(cfg.run_dir, "checkpoints").exists()
+
+
 @pytest.mark.filterwarnings("ignore:Pendulum-v1 cannot save its simulator state")
 def test_a_run_trained_with_an_env_factory_is_not_resumed_on_the_configs_env(
         tiny_config: Callable[..., Config], thread_baseline: int, trainer_run: str,
