@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mbpo.config import Config, RuntimeConfig
+from mbpo.config import Config, RuntimeConfig, checked
 from mbpo.config.schema import as_override
 from mbpo.config.unread import unread_overrides
 from mbpo.trainers.async_trainer import AsyncTrainer
@@ -38,12 +38,16 @@ def resume_trainer(run_dir: str | Path, overrides: list[str] | None = None, trus
     return trainer_class(point.config).resume(run_dir, overrides, trust, point=point, env_factory=env_factory)
 
 
-def make_trainer(config: Config, run_dir: str | Path, overrides: list[str] | None = None,
+def make_trainer(config: Config, run_dir: str | Path | None, overrides: list[str] | None = None,
                  env_factory: EnvFactory | None = None) -> Trainer:
     """A new run's trainer (a resumed run keeps its checkpoint's config: :func:`resume_trainer`); ``overrides``:
     the command line's, for the note on those its config leaves unread; ``env_factory``: the training envs from
     Python (see :class:`~mbpo.trainers.base.Trainer`).
     """
+    if callable(overrides):
+        raise TypeError("make_trainer's third argument is overrides, the command line's key=value list; pass the "
+                        "factory by name: make_trainer(config, run_dir, env_factory=...)")
+    config = checked(config)  # changed in Python, it is held to what a config file is
     raise_learning_starts_for_n_step(config)
     note_settings_without_effect(config, overrides or [])
     return trainer_class(config)(config, run_dir, env_factory)

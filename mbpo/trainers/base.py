@@ -22,7 +22,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.config import Config, ConfigError, rollouts_per_transition, to_yaml, updates_per_transition
+from mbpo.config import Config, ConfigError, checked, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.config.seeding import derive
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.device.plan import DevicePlan
@@ -108,13 +108,17 @@ class Trainer:
     exit_code = 0
     """128 + the signal that stopped the last :meth:`run` (130 Ctrl-C, 143 SIGTERM); 0 when it ran to the end."""
 
-    def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path | None, env_factory: EnvFactory | None = None) -> None:
         """Plans devices, builds the training env (:meth:`_make_env`), the learner on its spaces, then what the
         subclass needs (:meth:`_build_runtime`), then the evaluation env; a failed start-up closes every env it
         built. ``env_factory(collector_id, incarnation, seed)``: the training envs from Python instead of the
         config's (wrapped by type as ``env.factory``'s are; the evaluation env stays the config's).
         """
         exit_if_a_child_imports_main()  # a collector process importing a script with no __main__ guard
+        config = checked(config)  # changed in Python, it is held to what a config file is
+        if run_dir is None:
+            raise ConfigError("run_dir is None; expected the directory the run writes to (make_trainer(config, "
+                              "'runs/my-run'), or set config.run_dir and pass it)")
         self._env_factory = env_factory
         self.config = config
         self.run_dir = Path(run_dir)

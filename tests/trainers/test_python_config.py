@@ -1,0 +1,49 @@
+"""A Config built or changed in Python is held to what a config file is, on every trainer: a value out of range or
+of another type is the ConfigError the file would get, before anything is built or written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mbpo.config import Config, ConfigError
+from mbpo.trainers import make_trainer, trainer_class
+from tests.conftest import TRAINER_RUNS
+from tests.trainers.test_env_factory import gymnasium_vector_env
+
+pytestmark = pytest.mark.timeout(60)
+
+CHANGES = {
+    "gamma": (("agent", "sac", "gamma"), 1.5, r"^agent\.sac\.gamma=1\.5 is out of range; expected a value in \[0, 1\]"),
+    "batch_size": (("agent", "batch_size"), 0, r"^agent\.batch_size=0 is out of range"),
+    "type": (("total_env_steps",), "many", r"total_env_steps.*'many'.*could not be converted to Integer"),
+}
+"""What a user may set on a loaded Config: before, the first trained on a gamma above 1 (its checkpoint then
+refused by resume), the second was a ZeroDivisionError and the third a TypeError, each far from the cause."""
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_config_changed_in_python_is_checked_as_a_file_is(
+        tiny_config: Callable[..., Config], trainer_run: str, change: str) -> None:
+    (*path, key), value, message = CHANGES[change]
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run])
+    section = cfg
+    for name in path:
+        section = getattr(section, name)
+    setattr(section, key, value)
+    for build in (make_trainer, trainer_class(cfg)):  # the factory, and the class called directly
+        with pytest.raises(ConfigError, match=message):
+            build(cfg, cfg.run_dir)
+    assert not Path(str(cfg.run_dir)).exists()
+
+
+def test_a_trainer_without_a_run_dir_or_with_its_factory_in_the_overrides_place_says_so(
+        tiny_config: Callable[..., Config]) -> None:
+    cfg = tiny_config("trainer=sync", "run_dir=null")
+    with pytest.raises(ConfigError, match=r"^run_dir is None; expected the directory the run writes to"):
+        make_trainer(cfg, cfg.run_dir)
+    with pytest.raises(TypeError, match=r"third argument is overrides.*env_factory=\.\.\.\)$"):
+        make_trainer(cfg, "runs/x", gymnasium_vector_env)  # type: ignore[arg-type]
