@@ -1,4 +1,4 @@
-"""A trainer built while a collector process imports the user's script: the missing ``__main__`` guard.
+"""A collector process imports the user's script again: the missing ``__main__`` guard, and what it cannot find.
 
 A spawned collector process imports the script that started the run (as ``__mp_main__``) before it runs its
 own code; a script that builds and runs a trainer at its top level, with no ``if __name__ == "__main__":``,
@@ -10,14 +10,20 @@ instead, and the trainer reads that code as this mistake.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import multiprocessing as mp
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 from mbpo.errors import MbpoError
 
 __all__ = [
     "COLLECTOR_PROCESS_PREFIX", "UNGUARDED_MAIN_EXIT", "UnguardedMainError", "exit_if_a_child_imports_main",
+    "MainNotImportableError", "check_children_can_import_main",
 ]
 
 UNGUARDED_MAIN_EXIT = 78
@@ -49,3 +55,83 @@ def exit_if_a_child_imports_main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(UNGUARDED_MAIN_EXIT)  # not SystemExit: a fork server's child ends any exception with code 1
+
+
+class MainNotImportableError(MbpoError):
+    """What a process-backend collector would import from the parent's ``__main__`` is not there for it."""
+
+
+def check_children_can_import_main(env_factory: Any = None) -> None:
+    """Before a process-backend run starts a child: a child runs the parent's script again by its path (as
+    ``__mp_main__``, its ``if __name__ == "__main__":`` block skipped) and looks up there what its spec names in
+    ``__main__``. A script read from stdin cannot be run again, and an ``env_factory`` defined in the guarded
+    block, or in an interactive ``__main__`` (``python -c``, a REPL, a notebook), is not found: each child failed
+    with the same AttributeError or FileNotFoundError until the restart budget was spent, a message naming
+    ``runtime.max_restarts``. Refused here, with what to do instead.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    path = getattr(main, "__file__", None)
+    if getattr(spec, "name", None) is None and path is not None and not os.path.isfile(path):  # what a child runs
+        raise MainNotImportableError(
+            f"runtime.backend=process: this program runs from {path}, which each collector process runs again "
+            "by its path and cannot; run it from a file (python script.py), or use runtime.backend=thread")
+    target = env_factory
+    while isinstance(target, functools.partial):
+        target = target.func
+    if target is not None and not (inspect.isfunction(target) or inspect.isclass(target)):
+        target = type(target)  # an instance: its class is what the child imports
+    if target is None or getattr(target, "__module__", None) != "__main__":
+        return
+    name = f"env_factory {getattr(target, '__qualname__', target)!s}"
+    if path is None:
+        raise MainNotImportableError(
+            f"runtime.backend=process: {name} is defined in an interactive __main__ (python -c, a REPL, a "
+            "notebook), which a collector process cannot import; define it in a module file and import it from "
+            "there, or use runtime.backend=thread")
+    top = str(getattr(target, "__qualname__", "")).split(".")[0]
+    if not os.path.isfile(path):  # imported by its module name (python -m, a zip app): cannot read it here
+        return
+    try:
+        defined = _names_a_child_defines(ast.parse(Path(path).read_text(encoding="utf-8")).body)
+    except (OSError, SyntaxError, UnicodeDecodeError):  # cannot tell: the child will say
+        return
+    if top not in defined:
+        raise MainNotImportableError(
+            f"runtime.backend=process: {name} is defined in {path} under `if __name__ == \"__main__\":` (or "
+            "where importing the script does not reach), which a collector process skips when it imports the "
+            "script; define it at the script's top level, or use runtime.backend=thread")
+
+
+def _names_a_child_defines(body: list[ast.stmt]) -> set[str]:
+    """The names the statements ``body`` bind when the script is imported as ``__mp_main__``: every block but the
+    ``__name__ == "__main__"`` one (its else branch runs).
+    """
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.If):
+            if not _is_main_guard(node.test):
+                names |= _names_a_child_defines(node.body)
+            names |= _names_a_child_defines(node.orelse)
+        elif isinstance(node, (ast.Try, ast.With, ast.For, ast.While)):
+            for block in ("body", "orelse", "finalbody"):
+                names |= _names_a_child_defines(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                names |= _names_a_child_defines(handler.body)
+    return names
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))

@@ -9,6 +9,7 @@ memory and leaked semaphores after it exits.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -124,6 +125,78 @@ def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tm
         out.stderr[-3000:]
     assert 'if __name__ == "__main__":' in last and "restarting it" not in out.stderr, out.stderr[-3000:]
     assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
+
+
+GUARDED_FACTORY = """
+import sys
+import envs
+from mbpo.config import load_config
+from mbpo.trainers import make_trainer
+
+{top}
+if __name__ == "__main__":
+{guarded}
+    cfg = load_config(None, ["runtime.backend=process", "progress=false", "eval_every=400", "total_env_steps=400",
+                             "model.enabled=false", "run_dir=" + sys.argv[-1]])
+    make_trainer(cfg, cfg.run_dir, env_factory=factory).run()
+"""
+FACTORY = """def factory(collector_id, incarnation, seed):
+    return envs.make("Pendulum-v1", 1, seed=seed)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["guarded", "python -c", "stdin"])
+def test_a_factory_or_script_a_collector_process_cannot_import_is_named_before_any_child_starts(
+        tmp_path: Path, how: str) -> None:
+    """A child imports the script again by its path, its guarded block skipped: a factory defined there, or in
+    ``python -c``, and any script read from stdin, failed each child (AttributeError, FileNotFoundError) until the
+    restart budget was spent. One error, naming where the factory or the program is, before any child starts.
+    """
+    guarded = "\n".join("    " + line for line in FACTORY.splitlines())
+    code = GUARDED_FACTORY.format(top="" if how == "guarded" else FACTORY, guarded="" if how != "guarded" else guarded)
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    run = str(tmp_path / "run")
+    argv = {"guarded": [sys.executable, str(script), run], "python -c": [sys.executable, "-c", code, run],
+            "stdin": [sys.executable, "-", run]}[how]
+    out = subprocess.run(argv, cwd=REPO, input=code if how == "stdin" else None, capture_output=True, text=True,
+                         timeout=80)
+    last = out.stderr.strip().splitlines()[-1]
+    where = {"guarded": f'env_factory factory is defined in {script} under `if __name__ == "__main__":`',
+             "python -c": "env_factory factory is defined in an interactive __main__ (python -c, a REPL, a notebook)",
+             "stdin": "this program runs from <stdin>, which each collector process runs again"}[how]
+    assert out.returncode == 1 and last.startswith("mbpo.runtime.main_guard.MainNotImportableError: "
+                                                   f"runtime.backend=process: {where}"), out.stderr[-3000:]
+    assert "restarting it" not in out.stderr and "runtime.backend=thread" in last, out.stderr[-3000:]
+
+
+def test_a_factory_at_a_scripts_top_level_or_in_its_other_blocks_is_importable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the child does define passes: top level, a top-level try or if, the guard's else branch."""
+    import types
+
+    from mbpo.runtime.main_guard import MainNotImportableError, check_children_can_import_main
+
+    script = tmp_path / "train.py"
+    script.write_text("try:\n    def in_try(): pass\nexcept ImportError:\n    pass\n"
+                      "def top(): pass\n"
+                      "if __name__ == '__main__':\n    def guarded(): pass\nelse:\n    def in_else(): pass\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    def named(name: str) -> Callable[..., None]:
+        def f() -> None:
+            pass
+        f.__module__, f.__qualname__ = "__main__", name
+        return f
+
+    for name in ("top", "in_try", "in_else"):
+        check_children_can_import_main(named(name))
+    with pytest.raises(MainNotImportableError, match="env_factory guarded is defined in"):
+        check_children_can_import_main(named("guarded"))
+    check_children_can_import_main(functools.partial(named("top"), 1))  # a partial: its function is imported
 
 
 def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_runs_start(

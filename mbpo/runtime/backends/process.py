@@ -50,7 +50,12 @@ from mbpo.runtime.collectors import (
 )
 from mbpo.runtime.gate import RatioGate
 from mbpo.runtime.handoff import check_plain
-from mbpo.runtime.main_guard import COLLECTOR_PROCESS_PREFIX, UNGUARDED_MAIN_EXIT, UnguardedMainError
+from mbpo.runtime.main_guard import (
+    COLLECTOR_PROCESS_PREFIX,
+    UNGUARDED_MAIN_EXIT,
+    UnguardedMainError,
+    check_children_can_import_main,
+)
 from mbpo.runtime.proc_tree import start_time
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
@@ -268,6 +273,7 @@ class ProcessBackend:
                  gate: RatioGate, num_collectors: int, env: EnvConfig, env_device: str,
                  env_seed: Callable[[int, int], int], action_seed: Callable[[int, int], int],
                  template_snapshot: dict[str, Any], env_factory: Callable[..., Any] | None = None) -> None:
+        check_children_can_import_main(env_factory)
         self.setup, self.queue, self.weights, self.gate = setup, queue, weights, gate
         self.env, self.env_device = env, str(env_device)
         self.env_seed, self.action_seed, self.env_factory = env_seed, action_seed, env_factory
