@@ -226,22 +226,6 @@ def _check_yaml(text: str, source: str) -> dict[str, Any] | None:
     return data
 
 
-def checked(config: Config) -> Config:
-    """A :class:`Config` built or changed in Python (``cfg.agent.sac.gamma = 1.5``), held to what
-    :func:`load_config` holds a file to: a fresh, validated copy, or the ConfigError a file with those values gets.
-    Unchecked, such a run trained on a gamma above 1, or failed far away (a ZeroDivisionError for batch_size=0);
-    and its checkpoint, read back through the checks, could not be resumed.
-    """
-    if not isinstance(config, Config):
-        raise ConfigError(f"config is a {type(config).__name__}; expected an mbpo.config.Config "
-                          "(mbpo.config.load_config(path, overrides) makes one)")
-    try:
-        text = to_yaml(config)
-    except OmegaConfBaseException as exc:  # a value of another type than its key's
-        raise ConfigError(_explain(exc)) from None
-    return config_from_yaml(text)
-
-
 def to_yaml(config: Config) -> str:
     """The fully resolved config, as written to ``run_dir/config.yaml``."""
     return OmegaConf.to_yaml(OmegaConf.structured(config))

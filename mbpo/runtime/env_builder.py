@@ -61,16 +61,25 @@ def factory_name(env_factory: Any) -> str:
 
 
 def collector_env_from(env_factory: Any, collector_id: int, incarnation: int, seed: int,
-                       device: str | torch.device) -> envs.VecEnv:
+                       device: str | torch.device, num_envs: int) -> envs.VecEnv:
     """What a trainer's ``env_factory(collector_id, incarnation, seed)`` returns, wrapped by its type as
-    ``env.factory``'s is (a gymnasium VectorEnv, an rsl_rl or torchrl env); one that is no env is a ConfigError
-    naming the factory.
+    ``env.factory``'s is (a gymnasium VectorEnv, an rsl_rl or torchrl env); one that is no env, or not of
+    ``num_envs`` (``env.num_envs``) envs, is a ConfigError naming the factory. Every collector's env, in every
+    backend, is built here: 4 envs under env.num_envs=1 trained with the gate and rates off, or crashed on resume.
     """
     name = factory_name(env_factory)
     try:
-        return envs.as_vec_env(env_factory(collector_id, incarnation, seed), device=device, seed=seed, path=name)
+        env = envs.as_vec_env(env_factory(collector_id, incarnation, seed), device=device, seed=seed, path=name)
     except envs.EnvFactoryError as exc:
         raise ConfigError(f"env_factory {name} {exc.problem}") from exc
+    built = getattr(env, "num_envs", None)
+    if isinstance(built, int) and built != num_envs:  # another kind of num_envs: the contract check names it
+        env.close()
+        raise ConfigError(f"env_factory {name} built {built:,} envs for collector {collector_id}; expected "
+                          f"env.num_envs={num_envs:,}, the envs the run counts per collector (its budgets, ratio "
+                          f"gate, rates and memory check): build that many, or start the run with "
+                          f"env.num_envs={built}")
+    return env
 
 
 def check_interface(env: envs.VecEnv, config: EnvConfig) -> None:

@@ -81,15 +81,22 @@ def check_children_can_import_main(env_factory: Any = None) -> None:
         target = target.func
     if target is not None and not (inspect.isfunction(target) or inspect.isclass(target)):
         target = type(target)  # an instance: its class is what the child imports
-    if target is None or getattr(target, "__module__", None) != "__main__":
-        return
-    name = f"env_factory {getattr(target, '__qualname__', target)!s}"
+    qualname = str(getattr(target, "__qualname__", ""))
+    if target is None or getattr(target, "__module__", None) != "__main__" or "<" in qualname:
+        return  # a lambda or a local function: check_plain names it when the spec is sent
+    name = f"env_factory {qualname}"
+    run_as = str(getattr(spec, "name", None) or "")
+    if run_as == "__main__" or run_as.endswith(".__main__"):  # python -m pkg, python dir/, a zip app
+        raise MainNotImportableError(
+            f"runtime.backend=process: {name} is defined in {run_as}, the __main__ module of a package run as a "
+            "program, which a collector process never imports (multiprocessing's rule); define it in another "
+            "module of the package and import it from there, or use runtime.backend=thread")
     if path is None:
         raise MainNotImportableError(
             f"runtime.backend=process: {name} is defined in an interactive __main__ (python -c, a REPL, a "
             "notebook), which a collector process cannot import; define it in a module file and import it from "
             "there, or use runtime.backend=thread")
-    top = str(getattr(target, "__qualname__", "")).split(".")[0]
+    top = qualname.split(".")[0]
     if not os.path.isfile(path):  # imported by its module name (python -m, a zip app): cannot read it here
         return
     try:
@@ -104,28 +111,40 @@ def check_children_can_import_main(env_factory: Any = None) -> None:
 
 
 def _names_a_child_defines(body: list[ast.stmt]) -> set[str]:
-    """The names the statements ``body`` bind when the script is imported as ``__mp_main__``: every block but the
-    ``__name__ == "__main__"`` one (its else branch runs).
+    """The names the statements ``body`` bind when the script is imported as ``__mp_main__``: those of every
+    block (if, try, with, for, match) but the ``__name__ == "__main__"`` one (its else branch runs).
     """
     names: set[str] = set()
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, ast.If):
-            if not _is_main_guard(node.test):
-                names |= _names_a_child_defines(node.body)
-            names |= _names_a_child_defines(node.orelse)
-        elif isinstance(node, (ast.Try, ast.With, ast.For, ast.While)):
-            for block in ("body", "orelse", "finalbody"):
-                names |= _names_a_child_defines(getattr(node, block, []))
-            for handler in getattr(node, "handlers", []):
-                names |= _names_a_child_defines(handler.body)
+            continue
+        for target in _targets(node):
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        for field, value in ast.iter_fields(node):
+            if isinstance(node, ast.If) and field == "body" and _is_main_guard(node.test):
+                continue
+            blocks = value if isinstance(value, list) else []
+            for item in blocks:
+                if isinstance(item, ast.stmt):
+                    names |= _names_a_child_defines([item])
+                elif isinstance(item, (ast.ExceptHandler, ast.match_case)):
+                    names |= _names_a_child_defines(item.body)
     return names
+
+
+def _targets(node: ast.stmt) -> list[ast.AST]:
+    """What an assignment-like statement binds: ``x = ``, ``x: T = ``, ``x += ``, ``for x in``, ``with ... as x``."""
+    if isinstance(node, ast.Assign):
+        return list(node.targets)
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        return [node.target]
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in node.items if item.optional_vars is not None]
+    return []
 
 
 def _is_main_guard(test: ast.expr) -> bool:

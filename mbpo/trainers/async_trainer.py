@@ -32,7 +32,7 @@ import torch
 
 import envs
 from mbpo.agents import acting_config, make_agent
-from mbpo.config import Config, updates_per_transition
+from mbpo.config import Config, check, updates_per_transition
 from mbpo.data.transitions import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.device.plan import DeviceMismatchError, device_of, same_device
@@ -58,6 +58,7 @@ class AsyncTrainer(Trainer):
     """The async MBPO (or plain SAC/DQN) trainer; ``run()`` trains, ``close()`` is idempotent."""
 
     def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
+        check(config)  # before its keys are read here (the base checks again, as for every trainer: 0.4 ms)
         self.num_collectors = 1 if config.debug else config.runtime.num_collectors
         super().__init__(config, run_dir, env_factory)
 
@@ -131,7 +132,8 @@ class AsyncTrainer(Trainer):
         if self._env_factory is None:
             env = build_env(self.config.env, self.config.env.num_envs, self.env_device, seed)
         else:
-            env = collector_env_from(self._env_factory, collector_id, incarnation, seed, self.env_device)
+            env = collector_env_from(self._env_factory, collector_id, incarnation, seed, self.env_device,
+                                     self.config.env.num_envs)
         try:
             check_interface(env, self.config.env)  # its device must be one before it is compared
         except EnvContractError:

@@ -22,7 +22,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.config import Config, ConfigError, checked, rollouts_per_transition, to_yaml, updates_per_transition
+from mbpo.config import Config, ConfigError, check, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.config.seeding import derive
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.device.plan import DevicePlan
@@ -115,7 +115,7 @@ class Trainer:
         config's (wrapped by type as ``env.factory``'s are; the evaluation env stays the config's).
         """
         exit_if_a_child_imports_main()  # a collector process importing a script with no __main__ guard
-        config = checked(config)  # changed in Python, it is held to what a config file is
+        check(config)  # changed in Python, it is held to what a config file is
         if run_dir is None:
             raise ConfigError("run_dir is None; expected the directory the run writes to (make_trainer(config, "
                               "'runs/my-run'), or set config.run_dir and pass it)")
@@ -155,11 +155,6 @@ class Trainer:
         self.env = self._make_env()
         try:
             check_interface(self.env, config.env)  # before anything reads its device, spaces or reset
-            if self._env_factory is not None and self.env.num_envs != config.env.num_envs:
-                raise ConfigError(
-                    f"env_factory {factory_name(self._env_factory)} built {self.env.num_envs:,} envs, "
-                    f"env.num_envs={config.env.num_envs:,}: the run counts env.num_envs envs per collector (its "
-                    f"budgets, ratio gate, rates and memory check); set env.num_envs={self.env.num_envs}")
             self._build_learner(config, device)
             self._build_runtime(config)
             # Last: a backend whose children build their own envs has closed the trainer's by now, and a simulator
@@ -314,7 +309,8 @@ class Trainer:
     def _make_env(self) -> envs.VecEnv:
         """The training env (the first collector's, for the async trainer)."""
         if self._env_factory is not None:
-            return collector_env_from(self._env_factory, 0, 0, self.seed("env"), self.env_device)
+            return collector_env_from(self._env_factory, 0, 0, self.seed("env"), self.env_device,
+                                      self.config.env.num_envs)
         return build_env(self.config.env, self.config.env.num_envs, self.env_device, self.seed("env"))
 
     def policy_batches(self, count: int) -> Iterator[Any]:

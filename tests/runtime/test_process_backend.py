@@ -173,7 +173,9 @@ def test_a_factory_or_script_a_collector_process_cannot_import_is_named_before_a
 
 def test_a_factory_at_a_scripts_top_level_or_in_its_other_blocks_is_importable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the child does define passes: top level, a top-level try or if, the guard's else branch."""
+    """What the child does define passes: top level, a top-level try, match or with, the guard's else branch; a
+    package's __main__ (python -m pkg), which a child never imports, does not.
+    """
     import types
 
     from mbpo.runtime.main_guard import MainNotImportableError, check_children_can_import_main
@@ -181,6 +183,8 @@ def test_a_factory_at_a_scripts_top_level_or_in_its_other_blocks_is_importable(
     script = tmp_path / "train.py"
     script.write_text("try:\n    def in_try(): pass\nexcept ImportError:\n    pass\n"
                       "def top(): pass\n"
+                      "match 1:\n    case 1:\n        def in_match(): pass\n"
+                      "with open(__file__) as in_with:\n    pass\n"
                       "if __name__ == '__main__':\n    def guarded(): pass\nelse:\n    def in_else(): pass\n")
     main = types.ModuleType("__main__")
     main.__file__ = str(script)
@@ -192,11 +196,15 @@ def test_a_factory_at_a_scripts_top_level_or_in_its_other_blocks_is_importable(
         f.__module__, f.__qualname__ = "__main__", name
         return f
 
-    for name in ("top", "in_try", "in_else"):
+    for name in ("top", "in_try", "in_else", "in_match", "in_with", "<lambda>"):  # a lambda: check_plain's to name
         check_children_can_import_main(named(name))
     with pytest.raises(MainNotImportableError, match="env_factory guarded is defined in"):
         check_children_can_import_main(named("guarded"))
     check_children_can_import_main(functools.partial(named("top"), 1))  # a partial: its function is imported
+    main.__spec__ = types.SimpleNamespace(name="mypkg.__main__")  # type: ignore[assignment]  # python -m mypkg
+    with pytest.raises(MainNotImportableError, match=r"env_factory top is defined in mypkg\.__main__, the __main__ "
+                                                     r"module of a package run as a program, which a collector"):
+        check_children_can_import_main(named("top"))
 
 
 def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_runs_start(

@@ -64,7 +64,7 @@ class ChildSpec:
 
         if self.env_factory is not None:
             return collector_env_from(self.env_factory, self.collector_id, self.incarnation, self.env_seed,
-                                      self.env_device)
+                                      self.env_device, self.setup.num_envs)
         return build_env(self.env, self.setup.num_envs, self.env_device, self.env_seed)
 
 
