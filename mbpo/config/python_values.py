@@ -7,6 +7,7 @@ resume), or failed far from the cause (a ZeroDivisionError for batch_size 0, a T
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from typing import Any
@@ -18,10 +19,14 @@ __all__ = ["check"]
 
 
 def check(config: Config) -> None:
-    """Raise the ConfigError a config file with ``config``'s values would get; ``config`` is left as it is."""
+    """Raise the ConfigError a config file with ``config``'s values would get. ``config`` is left as it is, but
+    for a path-like ``run_dir`` (``tmp_path / "run"``), taken as its str as a file's is.
+    """
     if not isinstance(config, Config):
         raise ConfigError(f"config is a {type(config).__name__}; expected an mbpo.config.Config "
                           "(mbpo.config.load_config(path, overrides) makes one)")
+    if isinstance(config.run_dir, os.PathLike):
+        config.run_dir = os.fspath(config.run_dir)
     _check_types(config, "")
     validate(config)
 
@@ -41,39 +46,75 @@ def _check_types(section: Any, prefix: str) -> None:
         key, value, want = f"{prefix}{field.name}", getattr(section, field.name), _hints(type(section))[field.name]
         if isinstance(want, type) and dataclasses.is_dataclass(want):
             if not isinstance(value, want):
-                raise ConfigError(f"{key} is a {type(value).__name__}; expected a section of keys "
-                                  f"({want.__name__}, as the loaded config has)")
+                raise ConfigError(f"{key} is of type {_type(value)}; expected a section of keys ({want.__name__}, "
+                                  "as the loaded config has)")
             _check_types(value, f"{key}.")
-        elif not _fits(value, want):
-            raise ConfigError(f"{key}={value!r} is a {type(value).__name__}; expected {_spelled(want)}")
+            continue
+        problem = _problem(value, want, key)
+        if problem is not None:
+            raise ConfigError(problem)
 
 
-def _fits(value: Any, want: Any) -> bool:
-    """Whether ``value`` is of the annotation ``want`` (the schema's: scalars, X | None, list[X], tuple[...],
-    dict[K, V], Any). An int fits a float key, as YAML's ``1`` does; a bool fits only a bool key.
+SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,),
+                                        type(None): (type(None),)}
+"""The exact types a key of each annotation takes (YAML's: a numpy scalar or a bool in an int key is not one,
+and OmegaConf refused it later, when the run wrote its config); an int fits a float key, as YAML's ``1`` does."""
+
+
+def _problem(value: Any, want: Any, key: str) -> str | None:
+    """None where ``value`` is of the annotation ``want`` (the schema's: scalars, X | None, list[X], dict[K, V],
+    Any); else the message, naming the innermost key (``agent.sac.hidden_sizes[1]``).
     """
-    if want is Any:
-        return True
     origin, args = typing.get_origin(want), typing.get_args(want)
     if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, arg) for arg in args)
-    if want is type(None):
-        return value is None
-    if want is bool:
-        return isinstance(value, bool)
-    if want is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if want is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if want is str:
-        return isinstance(value, str)
-    if origin is list:
-        return isinstance(value, (list, tuple)) and all(_fits(v, args[0]) for v in value)
-    if origin is tuple:
-        return isinstance(value, (list, tuple)) and len(value) == len(args) and all(map(_fits, value, args))
-    if origin is dict:
-        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
-    return isinstance(value, want) if isinstance(want, type) else True
+        if any(_problem(value, arg, key) is None for arg in args):
+            return None
+        others = [arg for arg in args if arg is not type(None)]
+        return (_problem(value, others[0], key) if len(others) == 1 and value is not None else
+                f"{key}={value!r} is of type {_type(value)}; expected {_spelled(want)}")
+    if want is Any:
+        return _plain_problem(value, key)
+    if want in SCALARS:
+        return None if type(value) in SCALARS[want] else f"{key}={value!r} is of type {_type(value)}; expected " \
+                                                         f"{_spelled(want)}"
+    if origin in (list, dict):
+        if type(value) is not origin:
+            return f"{key}={value!r} is of type {_type(value)}; expected {_spelled(want)}"
+        items = enumerate(value) if origin is list else value.items()
+        for index, item in items:
+            problem = (_problem(index, args[0], f"{key} key") if origin is dict else None) or \
+                _problem(item, args[-1], f"{key}[{index!r}]")
+            if problem is not None:
+                return problem
+        return None
+    return None if not isinstance(want, type) or isinstance(value, want) else \
+        f"{key}={value!r} is of type {_type(value)}; expected {_spelled(want)}"
+
+
+def _plain_problem(value: Any, key: str) -> str | None:
+    """None where ``value`` is what a config file can hold (it is written to config.yaml, and read back on
+    resume): None, a bool, int, float or str, or lists and str-keyed mappings of them.
+    """
+    if type(value) in (type(None), bool, int, float, str):
+        return None
+    if type(value) in (list, tuple):
+        return next((p for i, v in enumerate(value) if (p := _plain_problem(v, f"{key}[{i}]")) is not None), None)
+    if type(value) is dict:
+        for k, v in value.items():
+            problem = _plain_problem(v, f"{key}[{k!r}]") if type(k) is str else \
+                f"{key} has the key {k!r} of type {_type(k)}; expected str keys"
+            if problem is not None:
+                return problem
+        return None
+    return (f"{key}={value!r} is of type {_type(value)}; expected what a config file can hold (None, a bool, int, "
+            "float or str, or lists and mappings of them): the config is written to the run's config.yaml and read "
+            "back on resume")
+
+
+def _type(value: Any) -> str:
+    """``str``, ``numpy.float64``: a value's type as the message names it."""
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _spelled(want: Any) -> str:
@@ -83,6 +124,6 @@ def _spelled(want: Any) -> str:
         return " or ".join(_spelled(arg) for arg in args)
     if want is type(None):
         return "None"
-    if origin in (list, tuple, dict):
-        return f"a {origin.__name__} of {', '.join(_spelled(a) for a in args)}"
+    if origin in (list, dict):
+        return f"a {origin.__name__} of {' to '.join(_spelled(a) for a in args)}"
     return getattr(want, "__name__", str(want))
