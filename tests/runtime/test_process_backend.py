@@ -13,6 +13,7 @@ import functools
 import json
 import multiprocessing as mp
 import os
+import re
 import select
 import signal
 import subprocess
@@ -146,29 +147,46 @@ FACTORY = """def factory(collector_id, incarnation, seed):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("how", ["guarded", "python -c", "stdin"])
-def test_a_factory_or_script_a_collector_process_cannot_import_is_named_before_any_child_starts(
-        tmp_path: Path, how: str) -> None:
-    """A child imports the script again by its path, its guarded block skipped: a factory defined there, or in
-    ``python -c``, and any script read from stdin, failed each child (AttributeError, FileNotFoundError) until the
-    restart budget was spent. One error, naming where the factory or the program is, before any child starts.
+def test_a_factory_a_collector_process_cannot_import_is_named_before_any_child_starts(tmp_path: Path) -> None:
+    """A child imports the script again by its path, its guarded block skipped: a factory defined there failed
+    each child (AttributeError) until the restart budget was spent. One error, naming where the factory is,
+    before any child starts. (``python -c`` and stdin: the test below, in this process.)
     """
     guarded = "\n".join("    " + line for line in FACTORY.splitlines())
-    code = GUARDED_FACTORY.format(top="" if how == "guarded" else FACTORY, guarded="" if how != "guarded" else guarded)
     script = tmp_path / "train.py"
-    script.write_text(code)
-    run = str(tmp_path / "run")
-    argv = {"guarded": [sys.executable, str(script), run], "python -c": [sys.executable, "-c", code, run],
-            "stdin": [sys.executable, "-", run]}[how]
-    out = subprocess.run(argv, cwd=REPO, input=code if how == "stdin" else None, capture_output=True, text=True,
-                         timeout=80)
+    script.write_text(GUARDED_FACTORY.format(top="", guarded=guarded))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], cwd=REPO, capture_output=True,
+                         text=True, timeout=80)
     last = out.stderr.strip().splitlines()[-1]
-    where = {"guarded": f'env_factory factory is defined in {script} under `if __name__ == "__main__":`',
-             "python -c": "env_factory factory is defined in an interactive __main__ (python -c, a REPL, a notebook)",
-             "stdin": "this program runs from <stdin>, which each collector process runs again"}[how]
-    assert out.returncode == 1 and last.startswith("mbpo.runtime.main_guard.MainNotImportableError: "
-                                                   f"runtime.backend=process: {where}"), out.stderr[-3000:]
+    assert out.returncode == 1 and last.startswith(
+        "mbpo.runtime.main_guard.MainNotImportableError: runtime.backend=process: env_factory factory is defined in "
+        f'{script} under `if __name__ == "__main__":`'), out.stderr[-3000:]
     assert "restarting it" not in out.stderr and "runtime.backend=thread" in last, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("how", ["python -c", "stdin"])
+def test_an_interactive_factory_or_a_script_read_from_stdin_is_named(
+        how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -c`` (a REPL, a notebook): no file for a child to import the factory from; stdin: a child runs
+    ``<stdin>`` again by its path (FileNotFoundError), factory or not.
+    """
+    import types
+
+    from mbpo.runtime.main_guard import MainNotImportableError, check_children_can_import_main
+
+    main = types.ModuleType("__main__")
+    if how == "stdin":
+        main.__file__ = "<stdin>"
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    def factory() -> None:
+        pass
+    factory.__module__, factory.__qualname__ = "__main__", "factory"
+    where = {"python -c": "env_factory factory is defined in an interactive __main__ (python -c, a REPL, a notebook)",
+             "stdin": "this program runs from <stdin>, which each collector process runs again"}[how]
+    with pytest.raises(MainNotImportableError, match=rf"^runtime\.backend=process: {re.escape(where)}.*"
+                                                     r"runtime\.backend=thread$"):
+        check_children_can_import_main(None if how == "stdin" else factory)
 
 
 def test_a_factory_at_a_scripts_top_level_or_in_its_other_blocks_is_importable(
