@@ -16,7 +16,7 @@ import pytest
 import envs
 import mbpo.config.validation as config_module
 from mbpo.agents import make_agent
-from mbpo.config import Config, ConfigError, describe, load_config, to_yaml
+from mbpo.config import Config, ConfigError, check, config_from_yaml, describe, load_config, to_yaml
 
 pytestmark = pytest.mark.timeout(30)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -24,7 +24,12 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_configs_load(path: Path) -> None:
+    """And pass the check a Config from Python gets (mbpo.config.check), as loaded and as read back from a
+    checkpoint.
+    """
     cfg = load_config(path)
+    check(cfg)
+    check(config_from_yaml(to_yaml(cfg)))
     assert cfg.agent.name in ("sac", "dqn") and cfg.env.num_envs >= 1
     # <env>_<algo>[_<critic>][_<variant>][_<num_envs>]: the algorithm part says whether the dynamics model is on
     assert cfg.model.enabled == (re.fullmatch(r".+_mbpo(_[a-z]+)*(_\d+)?", path.stem) is not None)
