@@ -62,21 +62,19 @@ class CorruptCheckpointError(CheckpointError):
     """The file is not a readable checkpoint (truncated, overwritten, not written by torch.save)."""
 
 
-def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Checkpoints in ``directory``, oldest first (names carry zero-padded env steps)."""
+def list_checkpoints(directory: str | Path, suffix: str = SUFFIX) -> list[Path]:
+    """Checkpoints in ``directory``, oldest first (names carry zero-padded env steps); with ``suffix``
+    ``SUFFIX + CORRUPT_SUFFIX``, those found unreadable and set aside.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX))
+    return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(suffix))
 
 
 def corrupt_checkpoints(directory: str | Path) -> list[Path]:
     """Checkpoints of ``directory`` found unreadable and renamed ``*.corrupt`` (kept: a user may repair one)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir()
-                  if p.name.startswith(PREFIX) and p.name.endswith(SUFFIX + CORRUPT_SUFFIX))
+    return list_checkpoints(directory, SUFFIX + CORRUPT_SUFFIX)
 
 
 def no_checkpoint_loads(directory: str | Path, corrupt: list[Path]) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -32,7 +31,7 @@ import torch
 
 import envs
 from mbpo.agents import acting_config, make_agent
-from mbpo.config import Config, check, updates_per_transition
+from mbpo.config import Config, updates_per_transition
 from mbpo.data.transitions import DISCOUNT, FIRST_STEP, NEXT_OBS_VALID, OBS, TRANSITION_KEYS
 from mbpo.device.checks import DEBUG_QUEUE_SIZE, check_snapshot, check_transitions, switches
 from mbpo.device.plan import DeviceMismatchError, device_of, same_device
@@ -57,10 +56,10 @@ __all__ = ["AsyncTrainer", "EnvFactory"]
 class AsyncTrainer(Trainer):
     """The async MBPO (or plain SAC/DQN) trainer; ``run()`` trains, ``close()`` is idempotent."""
 
-    def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
-        check(config)  # before its keys are read here (the base checks again, as for every trainer: 0.4 ms)
-        self.num_collectors = 1 if config.debug else config.runtime.num_collectors
-        super().__init__(config, run_dir, env_factory)
+    @property
+    def num_collectors(self) -> int:
+        """One in debug mode, else ``runtime.num_collectors``; read from the checked config (the base's check)."""
+        return 1 if self.config.debug else self.config.runtime.num_collectors
 
     def _build_runtime(self, config: Config) -> None:
         rt = config.runtime
