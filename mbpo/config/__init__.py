@@ -6,7 +6,7 @@ May use: errors.
 """
 
 from mbpo.config.loading import config_from_yaml, load_config, to_yaml
-from mbpo.config.python_values import check
+from mbpo.config.python_values import check, checked_copy
 from mbpo.config.schema import (
     DEFAULT_ROLLOUTS_PER_REAL,
     AgentConfig,
@@ -28,4 +28,4 @@ from mbpo.config.schema import (
 __all__ = ["Config", "ConfigError", "EnvConfig", "SACConfig", "DQNConfig", "AgentConfig", "ModelConfig",
            "LookaheadConfig", "CheckpointConfig", "RayConfig", "RuntimeConfig", "DEFAULT_ROLLOUTS_PER_REAL",
            "describe", "updates_per_transition", "rollouts_per_transition", "load_config", "config_from_yaml",
-           "to_yaml", "check"]
+           "to_yaml", "check", "checked_copy"]

@@ -1,11 +1,14 @@
-"""A Config built or changed in Python (``cfg.agent.sac.gamma = 1.5``), held in place to what a config file is
-held to: each value of its key's type (OmegaConf's part for a file), then :func:`~mbpo.config.validation.validate`.
+"""A Config built or changed in Python (``cfg.agent.sac.gamma = 1.5``), held to what a config file is held to:
+each value of its key's type (OmegaConf's part for a file), then :func:`~mbpo.config.validation.validate`.
 Unchecked, such a run trained on a gamma above 1 (its checkpoint, read back through the checks, then refused by
-resume), or failed far from the cause (a ZeroDivisionError for batch_size 0, a TypeError for a str).
+resume), or failed far from the cause (a ZeroDivisionError for batch_size 0, a TypeError for a str). A trainer
+takes its own checked copy (:func:`checked_copy`): what it resolves stays out of the caller's object, and what the
+caller changes afterwards (a sweep's next seed) stays out of a run built from it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import types
@@ -15,20 +18,30 @@ from typing import Any
 from mbpo.config.schema import Config, ConfigError
 from mbpo.config.validation import validate
 
-__all__ = ["check"]
+__all__ = ["check", "checked_copy"]
 
 
 def check(config: Config) -> None:
-    """Raise the ConfigError a config file with ``config``'s values would get. ``config`` is left as it is, but
-    for a path-like ``run_dir`` (``tmp_path / "run"``), taken as its str as a file's is.
+    """Raise the ConfigError a config file with ``config``'s values would get; ``config`` is left as it is (a
+    path-like ``run_dir``, ``tmp_path / "run"``, stands for its str).
+    """
+    checked_copy(config)
+
+
+def checked_copy(config: Config) -> Config:
+    """A copy of ``config`` for a run to own, held to what a config file is (:func:`check`), its path-like
+    ``run_dir`` taken as its str as a file's is. Values are checked before the copy, so that one a file cannot hold
+    is named rather than failing to copy.
     """
     if not isinstance(config, Config):
         raise ConfigError(f"config is a {type(config).__name__}; expected an mbpo.config.Config "
                           "(mbpo.config.load_config(path, overrides) makes one)")
-    if isinstance(config.run_dir, os.PathLike):
-        config.run_dir = os.fspath(config.run_dir)
     _check_types(config, "")
-    validate(config)
+    own = copy.deepcopy(config)
+    if isinstance(own.run_dir, os.PathLike):
+        own.run_dir = os.fspath(own.run_dir)
+    validate(own)
+    return own
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -44,6 +57,8 @@ def _hints(cls: type) -> dict[str, Any]:
 def _check_types(section: Any, prefix: str) -> None:
     for field in dataclasses.fields(section):
         key, value, want = f"{prefix}{field.name}", getattr(section, field.name), _hints(type(section))[field.name]
+        if key == "run_dir" and isinstance(value, os.PathLike):
+            value = os.fspath(value)
         if isinstance(want, type) and dataclasses.is_dataclass(want):
             if not isinstance(value, want):
                 raise ConfigError(f"{key} is of type {_type(value)}; expected a section of keys ({want.__name__}, "

@@ -10,7 +10,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mbpo.config import Config, RuntimeConfig, check
+from mbpo.config import Config, RuntimeConfig, checked_copy
 from mbpo.config.schema import as_override
 from mbpo.config.unread import unread_overrides
 from mbpo.trainers.async_trainer import AsyncTrainer
@@ -47,7 +47,7 @@ def make_trainer(config: Config, run_dir: str | Path | None, overrides: list[str
     if callable(overrides):
         raise TypeError("make_trainer's third argument is overrides, the command line's key=value list; pass the "
                         "factory by name: make_trainer(config, run_dir, env_factory=...)")
-    check(config)  # changed in Python, it is held to what a config file is
+    config = checked_copy(config)  # what is raised or resolved below stays out of the caller's object
     raise_learning_starts_for_n_step(config)
     note_settings_without_effect(config, overrides or [])
     return trainer_class(config)(config, run_dir, env_factory)

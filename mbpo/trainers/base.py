@@ -22,7 +22,7 @@ import torch
 
 import envs
 from mbpo.agents import make_agent
-from mbpo.config import Config, ConfigError, check, rollouts_per_transition, to_yaml, updates_per_transition
+from mbpo.config import Config, ConfigError, checked_copy, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.config.seeding import derive
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.device.plan import DevicePlan
@@ -115,7 +115,7 @@ class Trainer:
         config's (wrapped by type as ``env.factory``'s are; the evaluation env stays the config's).
         """
         exit_if_a_child_imports_main()  # a collector process importing a script with no __main__ guard
-        check(config)  # changed in Python, it is held to what a config file is
+        config = checked_copy(config)  # the run's own, held to what a config file is (it may come from Python)
         if run_dir is None:
             raise ConfigError("run_dir is None; expected the directory the run writes to (make_trainer(config, "
                               "'runs/my-run'), or set config.run_dir and pass it)")

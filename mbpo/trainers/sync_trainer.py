@@ -45,6 +45,7 @@ class SyncTrainer(Trainer):
 
     def __init__(self, config: Config, run_dir: str | Path, env_factory: EnvFactory | None = None) -> None:
         super().__init__(config, run_dir, env_factory)
+        config = self.config  # the run's own copy, checked and resolved
         self._action_generator = torch.Generator().manual_seed(self.seed("actions"))
         self._n_step = n_step_builder(config.agent, keep_first_step=config.model.enabled)
         self._episode_return = torch.zeros(self.env.num_envs, dtype=torch.float64)

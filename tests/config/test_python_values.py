@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mbpo.config import ConfigError, check, load_config
+from mbpo.config import ConfigError, check, checked_copy, load_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,8 +27,9 @@ def test_what_a_config_file_cannot_hold_is_named_before_the_run_writes_it() -> N
         check(config)
 
 
-def test_a_path_run_dir_is_taken_as_its_str() -> None:
+def test_a_path_run_dir_passes_and_the_copy_holds_its_str() -> None:
     config = load_config(None)
     config.run_dir = Path("/tmp/run")  # type: ignore[assignment]
     check(config)
-    assert config.run_dir == "/tmp/run"
+    assert config.run_dir == Path("/tmp/run")  # the caller's object is left as it is
+    assert checked_copy(config).run_dir == "/tmp/run"

@@ -4,6 +4,7 @@ of another type is the ConfigError the file would get, before anything is built 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,18 +48,29 @@ def test_a_config_changed_in_python_is_checked_as_a_file_is(
     assert not Path(str(cfg.run_dir)).exists()
 
 
-def test_the_trainer_keeps_the_callers_config_with_what_a_python_value_may_be(
-        tiny_config: Callable[..., Config]) -> None:
-    """Checked in place, not copied: an int for a float stays as it was given, a Path run_dir is taken as its str
-    (as a file's is; a YAML round trip took 65 ms a trainer).
+def test_a_trainer_owns_a_checked_copy_and_leaves_the_callers_config_as_it_was(
+        tiny_config: Callable[..., Config], trainer_run: str) -> None:
+    """What the trainer resolves stays out of the caller's object (a sweep reusing one Config kept a learning_starts
+    raised for n_step, and the precision ``auto`` resolved to, into its next runs), and what the caller changes
+    afterwards stays out of the run (a sweep's next seed changed a built trainer's). A Python value passes as a file's
+    would: an int for a float as given, a Path run_dir as its str.
     """
-    cfg = tiny_config("trainer=sync", "total_env_steps=64")
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "agent.n_step=3", "agent.learning_starts=1",
+                      "agent.sac.precision=auto")
     cfg.agent.sac.gamma, cfg.run_dir = 1, Path(str(cfg.run_dir))
-    trainer = make_trainer(cfg, cfg.run_dir)
-    try:
-        assert trainer.config is cfg and cfg.agent.sac.gamma == 1 and cfg.run_dir == str(trainer.run_dir)
-    finally:
-        trainer.close()
+    given = copy.deepcopy(cfg)
+    for build, run_dir in ((make_trainer, cfg.run_dir), (trainer_class(cfg), cfg.run_dir.with_name("direct"))):
+        trainer = build(cfg, run_dir)
+        try:
+            assert cfg == given
+            cfg.seed = 7
+            assert trainer.config.seed == given.seed and trainer.config.agent.sac.precision in ("fp32", "bf16")
+            assert trainer.config.agent.sac.gamma == 1 and trainer.config.run_dir == str(cfg.run_dir)
+            if build is make_trainer:
+                assert trainer.config.agent.learning_starts > cfg.agent.learning_starts  # raised for n_step
+        finally:
+            trainer.close()
+        cfg.seed = given.seed
 
 
 def test_a_trainer_without_a_run_dir_or_with_its_factory_in_the_overrides_place_says_so(
