@@ -56,6 +56,6 @@ def resolve_precision(requested: str, device: torch.device | str, key: str) -> t
     if requested == "bf16":
         if not ok:
             raise ValueError(f"{key}=bf16 was requested but {torch.device(device)} has no native bf16 ({why}); "
-                             f"set {key}=fp32 or auto")
+                             f"set {key}=fp32 or auto (a resume takes it too: the weights are fp32 either way)")
         return "bf16", f"as configured ({why})"
     return ("bf16" if ok else "fp32"), f"auto: {why}"

@@ -44,7 +44,7 @@ from mbpo.run.provenance import provenance
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
            "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
            "record_provenance", "safe_name", "remove_if_never_started",
-           "RESUMABLE_OVERRIDES",
+           "RESUMABLE_OVERRIDES", "PRECISION_KEYS",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
 
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
@@ -52,19 +52,29 @@ RUN_FILES = ("config.yaml", IDENTITY_FILE, "metrics.csv", RESUMES_FILE, "checkpo
 """What a run writes in its run dir (beside the lock): a new run refuses a dir that holds any of them."""
 RUN_RECORD = ("config.yaml", IDENTITY_FILE, RESUMES_FILE)
 """The run's own record among :data:`RUN_FILES` (metrics.csv and tb/ are also a MetricsLogger's)."""
+PRECISION_KEYS = ("agent.sac.precision", "model.precision")
+"""How the matmuls are computed (bf16 autocast over fp32 weights), not what was built: a run whose ``auto`` became
+bf16 on one machine resumes on another without native bf16 with them set to fp32 or auto."""
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                       "checkpoint", "runtime.nonfinite", "debug")
+                       "checkpoint", "runtime.nonfinite", "debug", *PRECISION_KEYS)
 """Keys a resume may change: how long and how often, what to do with an env's non-finite values (the fix a run
-stopped by one is told to use) and debug mode (``--debug``: checks, one collector), never what was built."""
+stopped by one is told to use), debug mode (``--debug``: checks, one collector) and the matmuls' precision, never
+what was built."""
 _NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
 """Keys (dotted for nested ones) left out of a run's identity hash: a resume may change them, so a checkpoint
 written after such a resume must still match its run."""
+_PRECISION_VARIANTS = {key: ("fp32", "bf16", "auto") for key in PRECISION_KEYS}
 _LEGACY_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
                         "checkpoint", "run_dir")
-_LEGACY_VARIANTS = {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True)}
-"""Runs written before the identity left out nested keys hashed only these top-level ones, so a run resumed with
-``runtime.nonfinite=drop`` recorded the hash of its first value: such runs are matched under every value of the
-keys a resume could change then or can change now."""
+_IDENTITY_RULES: tuple[tuple[tuple[str, ...], dict[str, tuple[Any, ...]]], ...] = (
+    (_NOT_IDENTITY, {}),
+    (tuple(key for key in _NOT_IDENTITY if key not in PRECISION_KEYS), _PRECISION_VARIANTS),
+    (_LEGACY_NOT_IDENTITY, {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True), **_PRECISION_VARIANTS}),
+)
+"""How a run's identity hash was taken, newest first: (keys left out, keys hashed with one of these values). A run
+written before its precisions could change on resume hashed them, and one written before nested keys were left out
+hashed only top-level ones, so such a run, resumed since with another value of a key a resume may change now, is
+matched under each value."""
 
 
 class RunDirBusyError(MbpoError):
@@ -119,21 +129,20 @@ def config_hash(config: Config | str) -> str:
 
 
 def matches_identity(config: Config | str, recorded: str) -> bool:
-    """Whether ``recorded`` (a run's identity hash) is ``config``'s: today's hash, or the one a run written
-    before nested keys were left out recorded (:data:`_LEGACY_VARIANTS`).
+    """Whether ``recorded`` (a run's identity hash) is ``config``'s under today's rule or an earlier one
+    (:data:`_IDENTITY_RULES`).
     """
     data = _config_data(config)
-    if _digest(_without(data, _NOT_IDENTITY)) == recorded:
-        return True
-    legacy = _without(data, _LEGACY_NOT_IDENTITY)
-    for values in itertools.product(*_LEGACY_VARIANTS.values()):
-        variant = copy.deepcopy(legacy)
-        for key, value in zip(_LEGACY_VARIANTS, values, strict=True):
-            node, last = _parent(variant, key)
-            if node is not None and last in node:
-                node[last] = value
-        if _digest(variant) == recorded:
-            return True
+    for left_out, variants in _IDENTITY_RULES:
+        kept = _without(data, left_out)
+        for values in itertools.product(*variants.values()):
+            variant = copy.deepcopy(kept)
+            for key, value in zip(variants, values, strict=True):
+                node, last = _parent(variant, key)
+                if node is not None and last in node:
+                    node[last] = value
+            if _digest(variant) == recorded:
+                return True
     return False
 
 

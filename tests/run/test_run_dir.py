@@ -246,6 +246,51 @@ def test_a_run_resumed_with_a_key_a_resume_may_change_resumes_again(tmp_path: Pa
     assert cli.main(["resume", str(run), "total_env_steps=750"]) == 0
 
 
+def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_native_bf16(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``precision: auto`` is written as what it resolved to, so a run started where bf16 is native (AMX, a GPU)
+    was stuck on a machine without it: resume refused bf16 and told the user to set fp32, which resume refused
+    too. The precisions may change on resume (autocast over fp32 weights: the checkpoint is the same), and the run
+    resumes again after that, as does one whose identity was recorded when the precisions were hashed.
+    """
+    import hashlib
+    import json
+
+    import torch
+    from omegaconf import OmegaConf
+
+    import mbpo.device.precision as precision
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(precision, "native_bf16", lambda device: (True, "an AMX machine, pretended"))
+        assert train(run, "total_env_steps=150", "agent.sac.precision=auto") == 0
+    assert "precision: bf16" in (run / "config.yaml").read_text()
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (False, "a machine without it, pretended"))
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
+    assert "agent.sac.precision=bf16 was requested but cpu has no native bf16 (a machine without it, pretended); " \
+           "set agent.sac.precision=fp32 or auto (a resume takes it too" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "total_env_steps=300", "agent.sac.precision=fp32"]) == 0
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    state = load_checkpoint(run / "checkpoints/ckpt_000000000450.pt")
+    assert "precision: fp32" in state["config"]
+
+    data = OmegaConf.to_container(OmegaConf.create(state["config"].replace("precision: fp32", "precision: bf16")))
+    assert isinstance(data, dict)
+    for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                "checkpoint", "debug", "run_dir"):
+        data.pop(key, None)
+    data["runtime"].pop("nonfinite")
+    recorded = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]  # precisions hashed
+    state["identity"]["config_hash"] = recorded
+    torch.save(state, run / "checkpoints/ckpt_000000000450.pt")
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
+    assert cli.main(["resume", str(run), "total_env_steps=600"]) == 0
+
+
 def test_debug_mode_on_resume_is_the_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--debug resume`` turns debug mode on from there and a resume without it turns it off; each change is
     logged in resumes.yaml as an override.
