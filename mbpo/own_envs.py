@@ -1,0 +1,47 @@
+"""mbpo's environments are the top-level package ``envs``, installed beside ``mbpo``. A directory named ``envs``
+in the working directory (many RL projects keep one: rsl_rl's, Isaac Lab's layouts, or a folder of assets) came
+first on ``sys.path`` under ``python -m mbpo`` and shadowed it: every command failed with ``module 'envs' has no
+attribute ...``. ``import mbpo`` puts a finder first that resolves ``envs`` to the package beside it (lazily: the
+import itself stays where it was).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["ENVS_DIR", "OwnEnvsFinder", "install"]
+
+ENVS_DIR = Path(__file__).resolve().parent.parent / "envs"
+"""Where mbpo's ``envs`` package is: beside ``mbpo`` (a checkout, an editable install or site-packages)."""
+
+
+class OwnEnvsFinder:
+    """A meta path finder of ``envs`` at :data:`ENVS_DIR`; its submodules then come from there by the package's
+    own path.
+    """
+
+    def find_spec(self, fullname: str, path: object = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "envs":
+            return None
+        return importlib.util.spec_from_file_location("envs", ENVS_DIR / "__init__.py",
+                                                      submodule_search_locations=[str(ENVS_DIR)])
+
+
+def install() -> None:
+    """Put the finder first (once). An ``envs`` imported from elsewhere before mbpo is an ImportError that says
+    so, not an AttributeError at mbpo's first use of it.
+    """
+    if not (ENVS_DIR / "__init__.py").is_file() or any(isinstance(f, OwnEnvsFinder) for f in sys.meta_path):
+        return
+    loaded = sys.modules.get("envs")
+    where = getattr(loaded, "__path__", None)
+    if loaded is not None and (where is None or ENVS_DIR not in {Path(p).resolve() for p in where}):
+        raise ImportError(f"a module named 'envs' was imported from {list(where or [])} before mbpo, which needs "
+                          f"its own envs package ({ENVS_DIR}) under that name; import mbpo first, or rename "
+                          "your package")
+    sys.meta_path.insert(0, OwnEnvsFinder())

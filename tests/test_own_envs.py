@@ -1,0 +1,46 @@
+"""A directory named ``envs`` where the user runs mbpo (a common RL project layout, or a folder of assets) does
+not shadow mbpo's own ``envs`` package: ``python -m`` puts the working directory first on ``sys.path``, and every
+command failed with ``module 'envs' has no attribute ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in ``cwd`` with mbpo as installed (not on PYTHONPATH: a folder named envs is a namespace
+    package that a regular one later on sys.path would win over, but an installed one is not on sys.path).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=100)
+
+
+@pytest.mark.parametrize("layout", ["folder", "package"])
+def test_an_envs_directory_in_the_working_directory_does_not_shadow_mbpos(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "envs").mkdir()
+    if layout == "package":
+        (tmp_path / "envs" / "__init__.py").write_text("NAME = 'the user\\'s own envs'\n")
+    done = run(tmp_path, "-m", "mbpo", "rollout", "--env", "CartPole-v1", "--num-envs", "2", "--steps", "3")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["env_steps"] == 6
+
+
+def test_another_envs_imported_before_mbpo_is_one_import_error_naming_both(tmp_path: Path) -> None:
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("")
+    done = run(tmp_path, "-c", "import envs, mbpo")
+    assert done.returncode == 1
+    assert re.fullmatch(re.escape(f"ImportError: a module named 'envs' was imported from {[str(tmp_path / 'envs')]} "
+                                  "before mbpo, which needs its own envs package (") + r"/\S+/envs" +
+                        re.escape(") under that name; import mbpo first, or rename your package"),
+                        done.stderr.strip().splitlines()[-1])
