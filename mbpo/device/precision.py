@@ -5,7 +5,8 @@ capability 8.0+, or a CPU with AVX512-BF16 or AMX-BF16 (measured 2.0x on an AVX5
 1.7-2.0x on AMX Xeons for SAC's 256x256 update). Elsewhere (AVX2-only or plain AVX-512 CPUs) oneDNN
 emulates it, at fp32 speed or worse, so ``auto`` picks fp32 there. The decision reads CPU flags, not a
 timing, so the same machine always decides the same way; the trainer writes the resolved value into the
-run's config (a resume keeps it) and prints why.
+run's config (a resume keeps it, or takes another: a run moved to a machine without native bf16 resumes with
+``agent.sac.precision=fp32 model.precision=fp32``) and prints why.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
     config_path = run_dir / "config.yaml"
     if config_path.is_file():
         from mbpo.config import config_from_yaml, updates_per_transition
-        from mbpo.run.run_dir import identity_data
+        from mbpo.run.run_dir import settings_data
 
         try:
             text = config_path.read_text(encoding="utf-8")
@@ -90,7 +90,7 @@ def describe_run(run_dir: Path, rows: list[dict[str, str]]) -> Run:
         extra += ", sync trainer" if cfg.trainer == "sync" else ""
         extra += model_label(cfg)
         label = f"{cfg.env.id} {'MBPO-' if cfg.model.enabled else ''}{cfg.agent.name.upper()}{extra}"
-        settings = tuple((k, v) for k, v in _flat({**identity_data(cfg), "eval_every": cfg.eval_every})
+        settings = tuple((k, v) for k, v in _flat({**settings_data(cfg), "eval_every": cfg.eval_every})
                          if k != "seed")
         return Run(run_dir, rows, label, cfg.seed, settings)
     named = _named_in_run_json(run_dir, rows)

@@ -42,7 +42,7 @@ from mbpo.run.checkpoint import list_checkpoints
 from mbpo.run.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
-           "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
+           "settings_data", "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
            "record_provenance", "safe_name", "remove_if_never_started",
            "RESUMABLE_OVERRIDES", "PRECISION_KEYS",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
@@ -64,12 +64,14 @@ _NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
 """Keys (dotted for nested ones) left out of a run's identity hash: a resume may change them, so a checkpoint
 written after such a resume must still match its run."""
 _PRECISION_VARIANTS = {key: ("fp32", "bf16", "auto") for key in PRECISION_KEYS}
-_LEGACY_NOT_IDENTITY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                        "checkpoint", "run_dir")
+_HOW_LONG_AND_HOW_OFTEN = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                           "checkpoint", "run_dir")
+"""Keys that change neither what is learned nor how: left out of the identity of runs written before nested keys
+were, and of the settings that tell plotted configs apart (:func:`settings_data`)."""
 _IDENTITY_RULES: tuple[tuple[tuple[str, ...], dict[str, tuple[Any, ...]]], ...] = (
     (_NOT_IDENTITY, {}),
     (tuple(key for key in _NOT_IDENTITY if key not in PRECISION_KEYS), _PRECISION_VARIANTS),
-    (_LEGACY_NOT_IDENTITY, {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True), **_PRECISION_VARIANTS}),
+    (_HOW_LONG_AND_HOW_OFTEN, {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True), **_PRECISION_VARIANTS}),
 )
 """How a run's identity hash was taken, newest first: (keys left out, keys hashed with one of these values). A run
 written before its precisions could change on resume hashed them, and one written before nested keys were left out
@@ -121,6 +123,13 @@ def identity_data(config: Config | str) -> dict[str, Any]:
     run dir.
     """
     return _without(_config_data(config), _NOT_IDENTITY)
+
+
+def settings_data(config: Config | str) -> dict[str, Any]:
+    """What makes two runs seeds of one setting, as plain data: every key but how long and how often the run goes
+    (a precision or debug mode, which a resume may change, is another setting to compare, not another seed).
+    """
+    return _without(_config_data(config), _HOW_LONG_AND_HOW_OFTEN)
 
 
 def config_hash(config: Config | str) -> str:

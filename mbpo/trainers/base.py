@@ -491,9 +491,14 @@ def _resolve_precisions(config: Config, device: torch.device) -> None:
     keys: list[tuple[str, Any]] = [("agent.sac.precision", config.agent.sac)] if config.agent.name == "sac" else []
     if config.model.enabled:
         keys.append(("model.precision", config.model))
+    refused = []
     for key, section in keys:
         try:
-            section.precision, why = resolve_precision(section.precision, device, key)
+            resolved, why = resolve_precision(section.precision, device, key)
         except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+            refused.append(str(exc))
+            continue
+        section.precision = resolved
         print(f"[mbpo] {key}={section.precision} on {device} ({why})", file=sys.stderr)
+    if refused:  # each at once: a run whose two auto precisions became bf16 elsewhere resumes with both set
+        raise ConfigError("; and ".join(refused))

@@ -169,6 +169,19 @@ def test_runs_with_one_label_but_other_settings_get_curves_of_their_own_naming_t
     assert list(curves(seeds)) == [label]  # alone, the seeds keep the plain label
 
 
+def test_runs_that_differ_in_a_key_a_resume_may_change_are_other_settings_not_other_seeds(tmp_path: Path) -> None:
+    """A precision and debug mode may change on resume, so the run's identity leaves them out; a plot kept them
+    in: an fp32 and a bf16 run (docs/benchmarks.md compares the two) made one curve, as seeds.
+    """
+    def run(name: str, *overrides: str) -> Path:
+        return run_dir(tmp_path, name, EVALUATED, to_yaml(load_config(HOPPER, list(overrides))))
+
+    data = curves([run("fp32", "agent.sac.precision=fp32"), run("bf16", "agent.sac.precision=bf16", "seed=1"),
+                   run("debug", "debug=true", "seed=2")])
+    assert sorted(len(curve["seeds"]) for curve in data.values()) == [1, 1, 1]
+    assert any('agent.sac.precision="bf16"' in label for label in data)
+
+
 def test_a_run_dir_given_twice_is_one_run_and_a_parent_of_runs_is_named_as_such(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Overlapping globs drew one run as two seeds (its median and range from a duplicate), and ``plot runs``

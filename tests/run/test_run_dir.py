@@ -276,7 +276,8 @@ def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_nat
     state = load_checkpoint(run / "checkpoints/ckpt_000000000450.pt")
     assert "precision: fp32" in state["config"]
 
-    data = OmegaConf.to_container(OmegaConf.create(state["config"].replace("precision: fp32", "precision: bf16")))
+    started = state["config"].replace("precision: fp32", "precision: bf16", 1)  # agent.sac's (model's stays fp32)
+    data = OmegaConf.to_container(OmegaConf.create(started))
     assert isinstance(data, dict)
     for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
                 "checkpoint", "debug", "run_dir"):
@@ -289,6 +290,34 @@ def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_nat
     assert identity is not None
     RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
     assert cli.main(["resume", str(run), "total_env_steps=600"]) == 0
+
+
+@pytest.mark.parametrize("rule", ["precisions hashed", "top-level keys only"])
+def test_an_identity_of_an_earlier_rule_matches_after_a_precision_change_and_refuses_an_edit(rule: str) -> None:
+    import hashlib
+    import json
+
+    from omegaconf import OmegaConf
+
+    from mbpo.config import to_yaml
+    from mbpo.run.run_dir import matches_identity
+
+    def recorded(config_yaml: str) -> str:
+        data = OmegaConf.to_container(OmegaConf.create(config_yaml))
+        assert isinstance(data, dict)
+        for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                    "checkpoint", "run_dir", *(("debug",) if rule == "precisions hashed" else ())):
+            data.pop(key, None)
+        if rule == "precisions hashed":
+            data["runtime"].pop("nonfinite")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    started = recorded(to_yaml(load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=bf16",
+                                                                          "model.precision=bf16"])))
+    resumed = load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=fp32", "model.precision=auto"])
+    assert matches_identity(resumed, started)
+    resumed.agent.sac.gamma = 0.9
+    assert not matches_identity(resumed, started)
 
 
 def test_debug_mode_on_resume_is_the_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,3 +80,16 @@ def test_a_trainer_without_a_run_dir_or_with_its_factory_in_the_overrides_place_
         make_trainer(cfg, cfg.run_dir)
     with pytest.raises(TypeError, match=r"third argument is overrides.*env_factory=\.\.\.\)$"):
         make_trainer(cfg, "runs/x", gymnasium_vector_env)  # type: ignore[arg-type]
+
+
+def test_every_precision_this_machine_cannot_run_is_named_at_once(
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MBPO run whose two ``auto`` precisions became bf16 elsewhere took two failed resumes to learn both keys."""
+    import mbpo.device.precision as precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (False, "no bf16, pretended"))
+    cfg = tiny_config("trainer=sync", "model.enabled=true", "agent.sac.precision=bf16", "model.precision=bf16")
+    with pytest.raises(ConfigError, match=r"^agent\.sac\.precision=bf16 was requested .*; and model\.precision=bf16 "
+                                          r"was requested .*set model\.precision=fp32 or auto"):
+        make_trainer(cfg, cfg.run_dir)
+    assert not Path(str(cfg.run_dir)).exists()
