@@ -104,13 +104,21 @@ OPTIONS_WITH_VALUES = ("--config", "--checkpoint", "--episodes", "--device", "--
                       "--num-envs", "--steps", "--video")
 
 
+def _takes_value(arg: str) -> bool:
+    """Whether ``arg`` is an option whose value is the next word: one of :data:`OPTIONS_WITH_VALUES`, or an
+    abbreviation of one, which argparse accepts (``--num 64`` for ``--num-envs 64``).
+    """
+    return arg in OPTIONS_WITH_VALUES or (arg.startswith("--") and len(arg) > 2 and "=" not in arg and
+                                          any(option.startswith(arg) for option in OPTIONS_WITH_VALUES))
+
+
 def _mistyped_command(argv: list[str]) -> str | None:
     """What is wrong with a command line whose first word is no command but looks like one (``resme RUN``),
     which would otherwise be read as a ``train`` override; None for a line without a command (train).
     """
     words = iter(argv)
     for arg in words:
-        if arg in OPTIONS_WITH_VALUES:
+        if _takes_value(arg):
             next(words, None)
         elif not arg.startswith("-"):
             close = difflib.get_close_matches(arg, COMMANDS, n=1, cutoff=0.6) if "=" not in arg else []
@@ -125,7 +133,7 @@ def _command_first(argv: list[str]) -> list[str]:
     """
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] in OPTIONS_WITH_VALUES else 1
+        i += 2 if _takes_value(argv[i]) else 1
     if 0 < i < len(argv) and argv[i] in COMMANDS:
         return [argv[i], *argv[:i], *argv[i + 1:]]
     return argv
@@ -146,7 +154,7 @@ def _overrides_last(argv: list[str]) -> list[str]:
     for arg in rest:
         if arg.startswith("-"):
             options.append(arg)
-            if arg in OPTIONS_WITH_VALUES:
+            if _takes_value(arg):
                 value = next(rest, None)
                 if value is not None:  # none left: argparse says the option needs one
                     options.append(value)

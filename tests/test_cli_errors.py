@@ -7,6 +7,7 @@ call ``cli.main`` in this process (the same path, without a process and an impor
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,6 +164,18 @@ def test_overrides_before_and_after_the_config_and_debug_shows_the_traceback(
 def test_options_before_the_command_are_its_options(capsys: pytest.CaptureFixture[str]) -> None:
     """argparse read ``--config X train`` as the command ``X`` ("invalid choice")."""
     line = error_line(capsys, "--config", "configs/pendulum_sac.yaml", "train", "env.num_envs=0")
+    assert line == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
+
+
+def test_an_option_abbreviated_as_argparse_allows_keeps_its_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse takes ``--num 64`` for ``--num-envs 64``; the reordering of overrides split the abbreviation from its
+    value (``argument --num-envs: expected one argument``).
+    """
+    from mbpo import cli
+
+    assert cli.main(["rollout", "--num", "3", "--st", "2", "--dev", "cpu", "--env", "CartPole-v1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 6
+    line = error_line(capsys, "--conf", "configs/pendulum_sac.yaml", "train", "env.num_envs=0")
     assert line == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
 
 
