@@ -58,9 +58,11 @@ class Throughput:
         return {"env_steps_per_s": (env_steps - self._mark[1]) / seconds,
                 "updates_per_s": (updates - self._mark[2]) / seconds}
 
-    def row(self, env_steps: int, updates: int) -> dict[str, float]:
-        """``wall_s`` and the four rate columns of a metrics row now; the next interval starts here."""
-        now = self.clock()
+    def row(self, env_steps: int, updates: int, now: float | None = None) -> dict[str, float]:
+        """``wall_s`` and the four rate columns of a metrics row now (or at the clock's ``now``); the next interval
+        starts there.
+        """
+        now = self.clock() if now is None else now
         wall = self.wall_s(now)
         since, steps_before, updates_before = self._mark
         self.interval_s = now - since

@@ -102,6 +102,8 @@ class AsyncTrainer(Trainer):
         self.telemetry = AsyncTelemetry()
         self._closed = False
         self._started = self._stopped = False
+        self._stopped_at = 0.0
+        """The clock when the workers stopped: the final checkpoint's and the final row's wall_s."""
         self._counts_before = dict.fromkeys(("weights_version", "collector_restarts", "queue_drops", "gate_waits"), 0)
         """The run counts (:meth:`_run_counts`) at the checkpoint this process resumed from."""
         self._checkpoint_due = False
@@ -397,7 +399,10 @@ class AsyncTrainer(Trainer):
 
     def _log(self, logger: MetricsLogger, evaluated: bool, final: bool = False) -> dict[str, Any]:
         """One metrics row; the final one fills a row already at its env step (a resume that took no new steps)."""
-        timing = self._throughput.row(self.env_steps, self.agent.num_updates)
+        # the final row is timed where the workers stopped, as the final checkpoint is: a resume's clock starts
+        # from the checkpoint's wall_s, and the rows went back by the time the checkpoint took to write
+        timing = self._throughput.row(self.env_steps, self.agent.num_updates,
+                                      self._stopped_at if final and self._stopped else None)
         self.wall_s = timing["wall_s"]
         model_s = None
         if self.model_worker is not None:
@@ -422,7 +427,8 @@ class AsyncTrainer(Trainer):
         self.stop_event.set()
         stop_workers(self.pool, self.model_worker, self.queue.drain, self._ingest,
                      self.config.runtime.shutdown_timeout_s)
-        self.wall_s = self._throughput.wall_s()
+        self._stopped_at = self.clock()
+        self.wall_s = self._throughput.wall_s(self._stopped_at)
 
     def work_owed(self) -> bool:
         """Until the loop ends, the learner owes the newest batches' updates (up to ``max_lead * utd_ratio``),

@@ -56,3 +56,25 @@ def test_async_rates_and_busy_fractions_are_per_logging_interval(tiny_config: Ca
         assert float(row["model_busy"]) == pytest.approx((now["time_model_s"] - before["time_model_s"]) / seconds,
                                                          abs=0.005)
         before = now
+
+
+def test_a_resumed_async_run_never_logs_a_wall_s_below_the_one_before(tiny_config: Callable[..., Config]) -> None:
+    """The final checkpoint's wall_s was taken when the workers stopped and the final row's after the checkpoint
+    was written, so a resume, whose clock starts from the checkpoint's, logged less than the row before it (a plot
+    against wall_s drew the curve going back). A fake clock that ticks at every reading makes that gap sure.
+    """
+    from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
+    from mbpo.trainers import resume_trainer
+
+    cfg = tiny_config("total_env_steps=128", "log_every=64", "runtime.num_collectors=1")
+    trainer = AsyncTrainer(cfg, cfg.run_dir)
+    trainer.clock = FakeClock()
+    trainer.run()
+    final = load_checkpoint(list_checkpoints(Path(cfg.run_dir) / "checkpoints")[-1])
+    rows = read_metrics(Path(cfg.run_dir) / "metrics.csv")
+    assert float(rows[-1]["wall_s"]) == pytest.approx(final["trainer"]["wall_s"], abs=1e-3)
+    resumed = resume_trainer(cfg.run_dir, ["total_env_steps=256"])
+    resumed.clock = FakeClock()
+    resumed.run()
+    walls = [float(row["wall_s"]) for row in read_metrics(Path(cfg.run_dir) / "metrics.csv")]
+    assert walls == sorted(walls), walls
