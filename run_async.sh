@@ -5,7 +5,7 @@
 # run_async_test.sh sources this file for ensure_venv.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 VENV="$ROOT/.venv"
 
 # ensure_venv EXTRAS: create .venv and `pip install -e .[EXTRAS]` unless the

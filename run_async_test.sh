@@ -4,7 +4,7 @@
 #   ./run_async_test.sh --smoke    stages only (lint, types, smoke)
 #   ./run_async_test.sh ARGS...    stages, then pytest ARGS... in one process (e.g. -k envs -x)
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 # shellcheck source=run_async.sh
 source "$ROOT/run_async.sh"
 ensure_venv test,mjlab

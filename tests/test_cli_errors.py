@@ -455,12 +455,24 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_says_to_train_again(
         f"again with run_dir=<new dir> (its config: {run / 'config.yaml'})"]
 
 
-def test_output_into_a_closed_pipe_ends_quietly() -> None:
-    """`python -m mbpo --help-config | head -3`: once the reader is gone, no BrokenPipeError traceback."""
+def console_script() -> list[str]:
+    """What the ``mbpo`` console script runs (pyproject.toml's entry point), as a command line."""
+    import tomllib
+
+    module, function = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["mbpo"].split(":")
+    return [sys.executable, "-c", f"import sys; sys.argv[0] = 'mbpo'; from {module} import {function}; {function}()"]
+
+
+@pytest.mark.parametrize("how", ["python -m mbpo", "console script"])
+def test_output_into_a_closed_pipe_ends_quietly(how: str) -> None:
+    """`python -m mbpo --help-config | head -3`: once the reader is gone, no BrokenPipeError traceback; the same
+    for the ``mbpo`` console script, which ran mbpo.cli.main without the handlers of ``python -m mbpo``.
+    """
     read, write = os.pipe()
     os.close(read)  # the reader already gone: every write fails with EPIPE
+    command = [sys.executable, "-m", "mbpo"] if how == "python -m mbpo" else console_script()
     try:
-        done = subprocess.run([sys.executable, "-m", "mbpo", "--help-config"], cwd=REPO, stdout=write,
+        done = subprocess.run([*command, "--help-config"], cwd=REPO, stdout=write,
                               stderr=subprocess.PIPE, text=True, timeout=100)
     finally:
         os.close(write)

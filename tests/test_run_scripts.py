@@ -98,3 +98,18 @@ fi
     script = f"source ./run_async.sh && ROOT={tmp_path} VENV={tmp_path}/.venv && ensure_venv && ensure_venv"
     subprocess.run(["bash", "-c", script], cwd=ROOT, check=True, capture_output=True, text=True)
     assert log.read_text().splitlines() == ["held"]
+
+
+def test_a_script_called_through_a_symlink_finds_the_checkout(tmp_path: Path) -> None:
+    """``ln -s <repo>/run_async.sh ~/bin/mbpo-train``: the script took the link's folder for the checkout and set up
+    a new .venv there ("file:///... does not appear to be a Python project"). run_async_test.sh finds it by the same
+    line.
+    """
+    link = tmp_path / "mbpo-train"
+    link.symlink_to(ROOT / "run_async.sh")
+    out = subprocess.run(["bash", "-c", f"source '{link}' && echo \"$ROOT\""], cwd=tmp_path, capture_output=True,
+                         text=True, check=True)  # sourced, as run_async_test.sh sources it
+    assert out.stdout.strip() == str(ROOT)
+    lines = [[line for line in (ROOT / script).read_text().splitlines() if line.startswith("ROOT=")]
+             for script in ("run_async.sh", "run_async_test.sh")]
+    assert lines[0] == lines[1] and len(lines[0]) == 1
