@@ -15,6 +15,7 @@ Python data only, so a crafted file cannot run code. A file that needs more
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import zipfile
 from pathlib import Path
@@ -150,8 +151,8 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
             raise CheckpointWriteError(f"cannot write {final}: the run dir {directory.parent} is gone (removed "
                                        "while the run ran?); start the run again with `python -m mbpo train`") from exc
         raise CheckpointWriteError(f"cannot write {final} ({_reason(exc)}); free space or make the dir writable, "
-                                   f"then `python -m mbpo resume {directory.parent}` goes on from the newest "
-                                   "checkpoint") from exc
+                                   f"then `python -m mbpo resume {shlex.quote(str(directory.parent))}` goes on from "
+                                   "the newest checkpoint") from exc
     try:
         read_file(final)
     except CheckpointError as exc:

@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import sys
@@ -235,7 +236,7 @@ def refuse_a_used_run_dir(run_dir: Path, names: tuple[str, ...] = RUN_FILES) -> 
     """
     if list_checkpoints(run_dir / "checkpoints"):
         raise MbpoError(f"{run_dir} already holds a run with checkpoints; continue it with "
-                        f"`python -m mbpo resume {run_dir}` or set run_dir=<new dir>")
+                        f"`python -m mbpo resume {shlex.quote(str(run_dir))}` or set run_dir=<new dir>")
     in_the_way = [name for name in files_in_the_way(run_dir) if name in names]
     if in_the_way:
         raise MbpoError(f"{run_dir} already holds {', '.join(in_the_way)}, which a new run there would "

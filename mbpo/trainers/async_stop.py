@@ -4,6 +4,7 @@ while the model thread may be mid-cycle (a fit takes minutes; a checkpoint must 
 
 from __future__ import annotations
 
+import shlex
 import sys
 import threading
 import time
@@ -94,5 +95,5 @@ def final_checkpoint(env_steps: int, save: Callable[[], Path], announce: bool) -
         print(f"[mbpo] the final checkpoint could not be written: {exc}", file=sys.stderr)
     else:
         if announce:  # a stop or a failure: the run is not done
-            print(f"[mbpo] final checkpoint: {path}; `python -m mbpo resume {path.parent.parent}` goes on from it",
-                  file=sys.stderr)
+            print(f"[mbpo] final checkpoint: {path}; `python -m mbpo resume {shlex.quote(str(path.parent.parent))}` "
+                  "goes on from it", file=sys.stderr)

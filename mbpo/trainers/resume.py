@@ -5,6 +5,7 @@ the config it resumes with (only run length, cadence, the non-finite rule, debug
 from __future__ import annotations
 
 import difflib
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     owed = bool(state["trainer"].get("work_owed", False))  # older checkpoints: done at total_env_steps
     if steps >= config.total_env_steps and not owed:
         raise RunAlreadyDone(f"{run_dir} is already done ({steps} of total_env_steps={config.total_env_steps} env "
-                             f"steps); nothing was written. To train longer: python -m mbpo resume {run_dir} "
-                             f"total_env_steps=<more than {steps}>")
+                             f"steps); nothing was written. To train longer: python -m mbpo resume "
+                             f"{shlex.quote(str(run_dir))} total_env_steps=<more than {steps}>")
     if steps >= config.total_env_steps:
         print(f"[mbpo] {run_dir} took its {steps} env steps but was stopped before the work they earned was done "
               "(the learner's last updates, a model fit, the final evaluation); resuming finishes it", file=sys.stderr)

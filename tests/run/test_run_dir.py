@@ -134,12 +134,16 @@ def test_resume_refuses_another_runs_checkpoint_and_changes_nothing(
 
 def test_resuming_a_finished_run_writes_nothing_and_a_shorter_run_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "run"
+    """The command it suggests is quoted: pasted, a run dir with a space was two arguments."""
+    import shlex
+
+    run = tmp_path / "my run"
     assert train(run, "total_env_steps=300") == 0
     before = files(run)
     capsys.readouterr()
     assert cli.main(["resume", str(run)]) == 0
-    assert "is already done (300 of total_env_steps=300 env steps)" in capsys.readouterr().err
+    assert (f"is already done (300 of total_env_steps=300 env steps); nothing was written. To train longer: python -m "
+            f"mbpo resume {shlex.quote(str(run))} total_env_steps=<more than 300>") in capsys.readouterr().err
     assert cli.main(["resume", str(run), "total_env_steps=100"]) == 2
     assert "total_env_steps=100 is below the 300 env steps" in capsys.readouterr().err
     assert files(run) == before
