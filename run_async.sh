@@ -39,17 +39,29 @@ _ensure_venv() {
 }
 
 # extras_for ARGS: the pip extras a command line needs beyond the base install: mjlab for an Mjlab- env.id,
-# ray for runtime.backend=ray, each from an override or else the --config file (over its bases); plots for
-# `plot`; video for `eval --video` and an eval_video=true override. A --config that is not a YAML mapping is refused
-# here (one line, status 2), before anything installs.
+# ray for runtime.backend=ray, each from an override or else the config: the --config file (over its bases), or
+# the run's own config.yaml for `resume RUN_DIR` and `eval --checkpoint RUN_DIR/checkpoints/X.pt`; mjlab for
+# `rollout --env Mjlab-...`; plots for `plot`; video for `eval --video` and an eval_video=true override. A
+# --config that is not a YAML mapping is refused here (one line, status 2), before anything installs.
 extras_for() {
-  local config="" prev="" env_id="" backend="" keys video="" extras=()
+  local config="" prev="" env_id="" backend="" keys video="" extras=() command="" run_config=""
   for a in "$@"; do
+    if [[ -z "$command" && "$a" != --debug ]]; then  # the first word that is not --debug (a global flag)
+      command="$a"
+    elif [[ "$command" == resume && -z "$run_config" && "$a" != -* && "$a" != *=* ]]; then
+      run_config="$a/config.yaml"
+    fi
     [[ "$prev" == "--config" ]] && config="$a"
     [[ "$a" == --config=* ]] && config="${a#--config=}"
+    [[ "$command" == eval && "$prev" == "--checkpoint" ]] && run_config="$(dirname "$(dirname "$a")")/config.yaml"
+    [[ "$command" == eval && "$a" == --checkpoint=* ]] && \
+      run_config="$(dirname "$(dirname "${a#--checkpoint=}")")/config.yaml"
+    [[ "$command" == rollout && "$prev" == "--env" ]] && env_id="$a"
+    [[ "$command" == rollout && "$a" == --env=* ]] && env_id="${a#--env=}"
     prev="$a"
   done
   [[ -n "$config" && ! -e "$config" && "$config" != /* ]] && config="$ROOT/$config"  # as the CLI finds it
+  [[ -z "$config" && -n "$run_config" && -f "$run_config" ]] && config="$run_config"
   if [[ -n "$config" && -f "$config" ]]; then  # a missing one: the CLI says so
     keys="$(config_keys "$config")" || return 2
     { read -r env_id || true; read -r backend || true; } <<<"$keys"  # $(...) dropped the empty last line
@@ -58,10 +70,6 @@ extras_for() {
     [[ "$a" == env.id=* ]] && env_id="${a#env.id=}"
     [[ "$a" == runtime.backend=* ]] && backend="${a#runtime.backend=}"
     [[ "$a" == --video || "$a" == --video=* || "${a,,}" =~ ^eval_video=(true|yes|on|y|1)$ ]] && video=1
-  done
-  local command=""
-  for a in "$@"; do  # the first word that is not --debug (a global flag, accepted anywhere)
-    [[ "$a" != --debug ]] && { command="$a"; break; }
   done
   [[ "$env_id" == Mjlab-* ]] && extras+=(mjlab)
   [[ "$backend" == ray ]] && extras+=(ray)

@@ -36,6 +36,23 @@ def test_each_command_gets_the_extras_it_needs(tmp_path: Path) -> None:
     assert extras_for("train", "eval_video=false") == ""
 
 
+def test_resume_and_eval_get_the_extras_of_the_runs_own_config_and_rollout_those_of_its_env(tmp_path: Path) -> None:
+    """On a fresh clone, ``resume`` or ``eval`` of an mjlab or Ray run, and ``rollout --env Mjlab-...``, got the base
+    install only, and then an error about the extra missing.
+    """
+    run = tmp_path / "my run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("env:\n  id: Mjlab-Cartpole-Balance\nruntime:\n  backend: ray\n")
+    assert extras_for("resume", str(run), "total_env_steps=9") == "mjlab,ray"
+    assert extras_for("--debug", "resume", str(run)) == "mjlab,ray"
+    assert extras_for("eval", "--checkpoint", str(run / "checkpoints/ckpt_000000000064.pt")) == "mjlab,ray"
+    assert extras_for("eval", f"--checkpoint={run / 'checkpoints/ckpt_000000000064.pt'}", "--video", "v.mp4") == \
+        "mjlab,ray,video"
+    assert extras_for("resume", str(tmp_path / "no run")) == ""  # the CLI says what is missing
+    assert extras_for("rollout", "--env", "Mjlab-Cartpole-Balance") == "mjlab"
+    assert extras_for("rollout", "--env=CartPole-v1") == ""
+
+
 def test_extras_come_from_the_configs_keys_not_its_text(tmp_path: Path) -> None:
     """env.id and runtime.backend as YAML reads them, over the file's bases, and overrides beat the file: a
     comment or another key that mentions Mjlab- or ray installs nothing.
