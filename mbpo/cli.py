@@ -163,6 +163,24 @@ def _overrides_last(argv: list[str]) -> list[str]:
     return [argv[0], *options, *positionals, *overrides]
 
 
+def _config_key_as_option(argv: list[str]) -> str | None:
+    """What is wrong with ``train --seed 1`` (SB3 and rl-zoo's habit), where a config key is written as an option
+    (argparse said only "unrecognized arguments"); None where no such option is on the line.
+    """
+    if not argv or argv[argv[0] == "--debug":][:1] != ["train"]:
+        return None
+    keys = {key for key, _, _ in describe()}
+    keys |= {key.split(".")[0] for key in keys}
+    for i, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        key = name[2:].replace("-", "_")
+        own = any(option.startswith(name) for option in ("--config", "--help", "--debug"))  # or an abbreviation
+        if name.startswith("--") and not own and key in keys:
+            value = value or (argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "<value>")
+            return f"{name} is not an option of train; config keys are overrides: write {key}={value}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-config" in argv:  # accepted anywhere on the line (`train --config X --help-config`), as --debug
@@ -180,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         argv = ["train", *argv]  # default: train the default config
     argv = flags + _overrides_last(argv)
+    option_for_a_key = _config_key_as_option(argv)
+    if option_for_a_key is not None:
+        print(f"error: {option_for_a_key}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     if args.debug or os.environ.get("MBPO_DEBUG") == "1":
         switches = {k: os.environ.get(k, "unset") for k in ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA")}

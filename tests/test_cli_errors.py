@@ -179,6 +179,24 @@ def test_an_option_abbreviated_as_argparse_allows_keeps_its_value(capsys: pytest
     assert line == "error: env.num_envs=0 is out of range; expected a value in [1, inf)"
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["train", "--seed", "1"], "error: --seed is not an option of train; config keys are overrides: write seed=1"),
+    (["--seed", "2"], "error: --seed is not an option of train; config keys are overrides: write seed=2"),
+    (["train", "--total-env-steps=500"],
+     "error: --total-env-steps is not an option of train; config keys are overrides: write total_env_steps=500"),
+    (["train", "--conf", "configs/pendulum_sac.yaml", "--env.num_envs", "4"],
+     "error: --env.num_envs is not an option of train; config keys are overrides: write env.num_envs=4"),
+    (["configs/cartpole_dqn.yaml"], "error: override 'configs/cartpole_dqn.yaml' is not of the form key=value (e.g. "
+                                    "env.num_envs=8); a config file is passed as --config configs/cartpole_dqn.yaml"),
+])
+def test_habits_of_other_trainers_command_lines_are_one_line_saying_how_we_spell_it(
+        argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SB3 and rl-zoo take ``--seed 1`` and a config's path as an argument; argparse said "unrecognized arguments"
+    after its usage, and the path was an override "not of the form key=value".
+    """
+    assert error_line(capsys, *argv) == line
+
+
 def test_mistakes_that_once_ended_in_a_traceback_or_a_run_are_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     line = error_line(capsys, "train", "--config", "configs/cartpole_dqn.yaml", "agent.sac.crossq=true", *FAST)

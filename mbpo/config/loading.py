@@ -96,7 +96,8 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
                 raise ConfigError(f"{source}: {_explain(exc)}") from None
         for item in overrides or []:
             if "=" not in item:
-                raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8)")
+                hint = f"; a config file is passed as --config {item}" if item.endswith((".yaml", ".yml")) else ""
+                raise ConfigError(f"override {item!r} is not of the form key=value (e.g. env.num_envs=8){hint}")
             if not all(part.strip() for part in item.split("=", 1)[0].split(".")):
                 raise ConfigError(f"override {item!r}: its key has an empty part; expected dotted names "
                                   "(e.g. agent.batch_size=256)")
