@@ -7,14 +7,20 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)"
 # shellcheck source=run_async.sh
 source "$ROOT/run_async.sh"
-ensure_venv test,mjlab
-cd "$ROOT"
 
-smoke_only=0
-pytest_args=()
-for a in "$@"; do
-  if [[ "$a" == "--smoke" ]]; then smoke_only=1; else pytest_args+=("$a"); fi
-done
+# pytest_args ARGS: ARGS without --smoke, one per line, each path the caller named from their own directory
+# (cd tests; ../run_async_test.sh test_x.py::test_a) made absolute, as pytest runs from the checkout.
+pytest_args() {
+  local a path prev=""
+  for a in "$@"; do
+    path="${a%%::*}"
+    if [[ "$a" == --smoke ]]; then continue
+    elif [[ "$a" != -* && -e "$path" && ! "$prev" =~ ^(-[kmnpoWr]|--(durations|timeout|maxfail|tb|dist|log-level))$ ]]
+    then echo "$(cd "$(dirname "$path")" && pwd)/$(basename "$path")${a:${#path}}"
+    else echo "$a"; fi
+    prev="$a"
+  done
+}
 
 # stage NAME WHAT COMMAND...: print what runs, run it, stop here if it finds anything.
 stage() {
@@ -26,16 +32,33 @@ stage() {
     exit 1
   fi
 }
-stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" check mbpo envs tests benchmarks examples
-stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
-stage Imports "lint-imports (the architecture's import rules, [tool.importlinter] in pyproject.toml)" \
-  "$VENV/bin/lint-imports" --no-cache
-"$VENV/bin/python" -m mbpo.smoke
-[[ $smoke_only == 1 ]] && exit 0
-if (( ${#pytest_args[@]} )); then
-  exec "$VENV/bin/python" -m pytest "${pytest_args[@]}"
+
+main() {
+  local smoke_only=0 a args=()
+  for a in "$@"; do [[ "$a" == --smoke ]] && smoke_only=1; done
+  [[ $# -gt 0 ]] && mapfile -t args < <(pytest_args "$@")
+  if (( smoke_only && ${#args[@]} )); then
+    echo "error: --smoke runs the stages only, so pytest's arguments (${args[*]}) would be ignored; drop --smoke" \
+         "to run them after the stages, or drop them" >&2
+    exit 2
+  fi
+  ensure_venv test,mjlab
+  cd "$ROOT"
+  stage Lint "ruff check mbpo envs tests benchmarks examples" "$VENV/bin/ruff" check mbpo envs tests benchmarks examples
+  stage Types "mypy (files and settings in pyproject.toml)" "$VENV/bin/mypy"
+  stage Imports "lint-imports (the architecture's import rules, [tool.importlinter] in pyproject.toml)" \
+    "$VENV/bin/lint-imports" --no-cache
+  "$VENV/bin/python" -m mbpo.smoke
+  (( smoke_only )) && exit 0
+  if (( ${#args[@]} )); then
+    exec "$VENV/bin/python" -m pytest "${args[@]}"
+  fi
+  # The whole suite in MBPO_TEST_WORKERS (2) pytest-xdist workers. The runtime tests check that their own runs
+  # left nothing behind (their processes, /dev/shm files named after their trainer, their sockets), never the whole
+  # machine, so they run beside the other tests and beside a training.
+  exec "$VENV/bin/python" -m pytest -n "${MBPO_TEST_WORKERS:-2}"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
 fi
-# The whole suite in MBPO_TEST_WORKERS (2) pytest-xdist workers. The runtime tests check that their own runs left
-# nothing behind (their processes, /dev/shm files named after their trainer, their sockets), never the whole
-# machine, so they run beside the other tests and beside a training.
-exec "$VENV/bin/python" -m pytest -n "${MBPO_TEST_WORKERS:-2}"

@@ -130,3 +130,20 @@ def test_a_script_called_through_a_symlink_finds_the_checkout(tmp_path: Path) ->
     lines = [[line for line in (ROOT / script).read_text().splitlines() if line.startswith("ROOT=")]
              for script in ("run_async.sh", "run_async_test.sh")]
     assert lines[0] == lines[1] and len(lines[0]) == 1
+
+
+def test_the_test_scripts_paths_are_the_callers_and_smoke_with_pytest_args_is_refused(tmp_path: Path) -> None:
+    """``cd tests; ../run_async_test.sh test_x.py`` ran pytest on the checkout's ``test_x.py`` (none there), and
+    ``--smoke -k foo`` dropped ``-k foo`` without a word. A -k expression that names a file stays as it is.
+    """
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "test_a.py").write_text("")
+    (tmp_path / "envs").mkdir()
+    script = ROOT / "run_async_test.sh"
+    out = subprocess.run(["bash", "-c", f"source '{script}' && pytest_args sub/test_a.py::t[a/b] -k envs -x envs"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [f"{tmp_path}/sub/test_a.py::t[a/b]", "-k", "envs", "-x", f"{tmp_path}/envs"]
+    refused = subprocess.run(["bash", str(script), "--smoke", "-k", "foo"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=20)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --smoke runs the stages only, so pytest's "
+                                                                 "arguments (-k foo) would be ignored")
