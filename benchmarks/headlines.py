@@ -15,13 +15,17 @@ trainer's rule), so that no headline moves silently. Rows (``--only`` picks some
 Each row in the JSON file holds its command, its figures and its noise band. The sync trainer is
 deterministic on one kind of CPU, so on the CPU the figures were stored from (same model name and flags,
 :func:`mbpo.run.provenance.machine`) steps to threshold must match seed by seed; on another CPU a run can take
-another path, and only the median is compared, within the band. Throughput ratios are noisy on any CPU: a
-relative band. Prints one JSON line (what was measured, what was stored, and ``moved``: every figure
-outside its band) and exits 1 if anything moved, 2 if a run failed, else 0. A move made on purpose: store
-the new figures (``--update`` writes them, with this machine and commit) and update the docs that quote them
-(README.md, docs/benchmarks.md) in the same commit.
+another path, and only the median is compared, within the band. A row may also hold the figures of other CPUs
+(``on_other_machines``), each measured at the same code: on such a CPU its own figures are matched seed by seed.
+Throughput ratios are noisy on any CPU: a relative band. Prints one JSON line (what was measured, what was
+stored, and ``moved``: every figure outside its band) and exits 1 if anything moved, 2 if a run failed, else 0.
 
-    python benchmarks/headlines.py [--only pendulum cartpole throughput] [--jobs 2] [--update]
+A move made on purpose: store the new figures (``--update`` writes them, with this machine and commit, and drops
+other machines' figures, now stale) and update the docs that quote them (README.md, docs/benchmarks.md) in the
+same commit. A CPU whose runs take another path at the same code (check by running the stored commit here):
+``--add-machine`` stores its figures beside the others, changing none.
+
+    python benchmarks/headlines.py [--only pendulum cartpole throughput] [--jobs 2] [--update | --add-machine]
 """
 
 from __future__ import annotations
@@ -84,20 +88,35 @@ def within(stored: float | None, measured: float | None, band: float, unit: str)
     return abs(measured - stored) <= band
 
 
-def compare(row: dict[str, Any], measured: dict[str, float | None], same_cpu: bool) -> dict[str, Any]:
-    """The figures of ``measured`` outside ``row``'s band: ``{name: {"stored": ..., "measured": ...}}``. On
-    another CPU only the figures ``band["other_cpu_compares"]`` names are compared (all when it is absent).
+def compare(row: dict[str, Any], measured: dict[str, float | None], same_cpu: bool,
+            figures: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures of ``measured`` outside ``row``'s band around the stored ``figures`` (the row's own by default):
+    ``{name: {"stored": ..., "measured": ...}}``. On another CPU only the figures ``band["other_cpu_compares"]``
+    names are compared (all when it is absent).
     """
+    figures = row["figures"] if figures is None else figures
     band = row["band"]
     width = band["same_cpu"] if same_cpu else band["other_cpu"]
-    names = list(row["figures"]) if same_cpu else band.get("other_cpu_compares", list(row["figures"]))
-    return {name: {"stored": row["figures"][name], "measured": measured.get(name)} for name in names
-            if not within(row["figures"][name], measured.get(name), width, band["unit"])}
+    names = list(figures) if same_cpu else band.get("other_cpu_compares", list(figures))
+    return {name: {"stored": figures[name], "measured": measured.get(name)} for name in names
+            if not within(figures[name], measured.get(name), width, band["unit"])}
 
 
 def same_machine(stored: dict[str, Any], here: dict[str, Any]) -> bool:
     return stored.get("cpu") == here.get("cpu") and sorted(stored.get("cpu_flags", [])) == sorted(
         here.get("cpu_flags", []))
+
+
+def reference(row: dict[str, Any], here: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The stored figures to hold this machine's to, and whether they were measured on its kind of CPU: the
+    row's own, or another machine's of ``on_other_machines``.
+    """
+    if same_machine(row["measured_on"], here):
+        return row["figures"], True
+    for other in row.get("on_other_machines", []):
+        if same_machine(other, here):
+            return other["figures"], True
+    return row["figures"], False
 
 
 def train(row: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -165,7 +184,10 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", default=None, help="rows to run (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at once (one torch thread each)")
     parser.add_argument("--stored", type=Path, default=STORED, help="the stored figures")
-    parser.add_argument("--update", action="store_true", help="store the measured figures (a move made on purpose)")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--update", action="store_true", help="store the measured figures (a move made on purpose)")
+    store.add_argument("--add-machine", action="store_true",
+                       help="store this CPU's figures beside the others (its runs take another path at the same code)")
     args = parser.parse_args()
     from mbpo.run.provenance import code_version, machine
 
@@ -195,19 +217,25 @@ def main() -> int:
         else:
             out = throughput(row)
             measured, detail = out["figures"], {"pairs": out["pairs"]}
-        same_cpu = same_machine(row["measured_on"], here)
-        result["rows"][name] = {"measured": measured, "stored": row["figures"], "same_cpu": same_cpu,
-                                "moved": compare(row, measured, same_cpu), **detail}
+        figures, same_cpu = reference(row, here)
+        result["rows"][name] = {"measured": measured, "stored": figures, "same_cpu": same_cpu,
+                                "moved": compare(row, measured, same_cpu, figures), **detail}
     result["moved"] = [name for name, r in result["rows"].items() if r["moved"]]
     if failed:
         result["failed"] = failed
-    if args.update and not failed:
+    if (args.update or args.add_machine) and not failed:
         on = {**here, "date": time.strftime("%Y-%m-%d"), "commit": commit}
         for name, r in result["rows"].items():
-            stored["rows"][name].update(figures=r["measured"], measured_on=on)
+            row = stored["rows"][name]
+            if args.update:
+                row.update(figures=r["measured"], measured_on=on)
+                row.pop("on_other_machines", None)  # measured at the code before the move
+            elif not same_machine(row["measured_on"], here):
+                others = [o for o in row.get("on_other_machines", []) if not same_machine(o, here)]
+                row["on_other_machines"] = [*others, {**on, "figures": r["measured"]}]
         args.stored.write_text(json.dumps(stored, indent=2) + "\n")
     print(json.dumps(result))
-    return 2 if failed else 1 if result["moved"] and not args.update else 0
+    return 2 if failed else 1 if result["moved"] and not (args.update or args.add_machine) else 0
 
 
 if __name__ == "__main__":

@@ -73,6 +73,23 @@ def test_a_cpu_is_the_same_only_with_the_same_model_and_flags() -> None:
     assert not headlines.same_machine(stored, {"cpu": "Intel Xeon", "cpu_flags": ["avx2", "avx512f"]})
 
 
+def test_a_cpu_with_figures_of_its_own_is_held_to_them_seed_by_seed() -> None:
+    """CartPole's runs take another path on an Intel Xeon than on the EPYC its figures came from (the stored
+    commit reproduces the Xeon's evaluations there): the Xeon's own figures, stored beside, are what it matches.
+    """
+    xeon = {"cpu": "Intel Xeon", "cpu_flags": ["avx2", "avx512f"]}
+    epyc = {"cpu": "AMD EPYC", "cpu_flags": ["avx2", "avx512_bf16", "avx512f"]}
+    on_xeon = {"0": 600, "1": 1400, "2": 800, "median": 800}
+    row = {**STEPS_ROW, "measured_on": epyc, "on_other_machines": [{**xeon, "figures": on_xeon}]}
+    assert headlines.reference(row, xeon) == (row["on_other_machines"][0]["figures"], True)
+    assert headlines.reference(row, {"cpu": "Intel Xeon", "cpu_flags": ["avx2"]}) == (row["figures"], False)
+    assert headlines.reference(row, epyc) == (row["figures"], True)
+    figures, same_cpu = headlines.reference(row, xeon)
+    assert headlines.compare(row, {"0": 600, "1": 1400, "2": 800, "median": 800}, same_cpu, figures) == {}
+    assert headlines.compare(row, {"0": 600, "1": 1000, "2": 800, "median": 800}, same_cpu, figures) == {
+        "1": {"stored": 1400, "measured": 1000}}
+
+
 def test_the_stored_figures_are_complete_and_match_themselves() -> None:
     stored = json.loads(headlines.STORED.read_text())
     assert set(stored["rows"]) == {"pendulum", "cartpole", "throughput"}
