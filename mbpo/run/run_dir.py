@@ -45,7 +45,7 @@ from mbpo.run.provenance import provenance
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
            "settings_data", "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
            "record_provenance", "safe_name", "remove_if_never_started",
-           "RESUMABLE_OVERRIDES", "PRECISION_KEYS",
+           "RESUMABLE_OVERRIDES", "PRECISION_KEYS", "DEVICE_KEYS",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
 
 LOCK_FILE, IDENTITY_FILE, RESUMES_FILE = ".lock", "run.json", "resumes.yaml"
@@ -56,28 +56,35 @@ RUN_RECORD = ("config.yaml", IDENTITY_FILE, RESUMES_FILE)
 PRECISION_KEYS = ("agent.sac.precision", "model.precision")
 """How the matmuls are computed (bf16 autocast over fp32 weights), not what was built: a run whose ``auto`` became
 bf16 on one machine resumes on another without native bf16 with them set to fp32 or auto."""
+DEVICE_KEYS = ("device", "env.device")
+"""Where the run computes, not what it built: checkpoints load onto the CPU first, so a run trained on
+``cuda:1`` resumes on a machine with one GPU, or on none, with ``device=cuda:0`` or ``device=cpu``."""
 RESUMABLE_OVERRIDES = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                       "checkpoint", "runtime.nonfinite", "debug", *PRECISION_KEYS)
+                       "checkpoint", "runtime.nonfinite", "debug", *PRECISION_KEYS, *DEVICE_KEYS)
 """Keys a resume may change: how long and how often, what to do with an env's non-finite values (the fix a run
-stopped by one is told to use), debug mode (``--debug``: checks, one collector) and the matmuls' precision, never
-what was built."""
+stopped by one is told to use), debug mode (``--debug``: checks, one collector), the matmuls' precision and the
+device, never what was built."""
 _NOT_IDENTITY = (*RESUMABLE_OVERRIDES, "run_dir")
 """Keys (dotted for nested ones) left out of a run's identity hash: a resume may change them, so a checkpoint
 written after such a resume must still match its run."""
-_PRECISION_VARIANTS = {key: ("fp32", "bf16", "auto") for key in PRECISION_KEYS}
 _HOW_LONG_AND_HOW_OFTEN = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
                            "checkpoint", "run_dir")
 """Keys that change neither what is learned nor how: left out of the identity of runs written before nested keys
 were, and of the settings that tell plotted configs apart (:func:`settings_data`)."""
-_IDENTITY_RULES: tuple[tuple[tuple[str, ...], dict[str, tuple[Any, ...]]], ...] = (
-    (_NOT_IDENTITY, {}),
-    (tuple(key for key in _NOT_IDENTITY if key not in PRECISION_KEYS), _PRECISION_VARIANTS),
-    (_HOW_LONG_AND_HOW_OFTEN, {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True), **_PRECISION_VARIANTS}),
+_ONCE_HASHED = {"runtime.nonfinite": ("raise", "drop"), "debug": (False, True),
+                **{key: ("fp32", "bf16", "auto") for key in PRECISION_KEYS}, **dict.fromkeys(DEVICE_KEYS, ())}
+"""Keys a resume may change now that earlier identity rules hashed, with the values a run may have started with
+(a device's, open-ended, are the run's own: its config.yaml's and the checkpoint's)."""
+_IDENTITY_RULES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (_NOT_IDENTITY, ()),
+    (tuple(key for key in _NOT_IDENTITY if key not in (*PRECISION_KEYS, *DEVICE_KEYS)),
+     (*PRECISION_KEYS, *DEVICE_KEYS)),
+    (_HOW_LONG_AND_HOW_OFTEN, tuple(_ONCE_HASHED)),
 )
-"""How a run's identity hash was taken, newest first: (keys left out, keys hashed with one of these values). A run
-written before its precisions could change on resume hashed them, and one written before nested keys were left out
-hashed only top-level ones, so such a run, resumed since with another value of a key a resume may change now, is
-matched under each value."""
+"""How a run's identity hash was taken, newest first: (keys left out, keys it hashed that a resume may change now).
+A run written before its precisions and device could change on resume hashed them, and one written before nested
+keys were left out hashed only top-level ones, so such a run, resumed since with another value of such a key, is
+matched under each value it may have started with."""
 
 
 class RunDirBusyError(MbpoError):
@@ -138,22 +145,35 @@ def config_hash(config: Config | str) -> str:
     return _digest(identity_data(config))
 
 
-def matches_identity(config: Config | str, recorded: str) -> bool:
+def matches_identity(config: Config | str, recorded: str, start: Config | str | None = None) -> bool:
     """Whether ``recorded`` (a run's identity hash) is ``config``'s under today's rule or an earlier one
-    (:data:`_IDENTITY_RULES`).
+    (:data:`_IDENTITY_RULES`); ``start``: the config the run started with (its config.yaml), whose devices are
+    among those an earlier rule's hash may hold.
     """
     data = _config_data(config)
-    for left_out, variants in _IDENTITY_RULES:
+    started = _config_data(start) if start is not None else {}
+    for left_out, hashed in _IDENTITY_RULES:
         kept = _without(data, left_out)
-        for values in itertools.product(*variants.values()):
+        choices = [_ONCE_HASHED[key] or _values_of(key, data, started) for key in hashed]
+        for values in itertools.product(*choices):
             variant = copy.deepcopy(kept)
-            for key, value in zip(variants, values, strict=True):
+            for key, value in zip(hashed, values, strict=True):
                 node, last = _parent(variant, key)
                 if node is not None and last in node:
                     node[last] = value
             if _digest(variant) == recorded:
                 return True
     return False
+
+
+def _values_of(key: str, *configs: dict[str, Any]) -> tuple[Any, ...]:
+    """The distinct values dotted ``key`` has in ``configs`` (plain data), in order."""
+    values: list[Any] = []
+    for data in configs:
+        node, last = _parent(data, key)
+        if node is not None and last in node and node[last] not in values:
+            values.append(node[last])
+    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -406,7 +426,11 @@ def check_belongs(run_dir: str | Path, path: Path, state: dict[str, Any]) -> Non
               f"{run_dir}", file=sys.stderr)
         return
     theirs = config_from_yaml(state["config"])
-    if not matches_identity(state["config"], ident.config_hash):
+    try:  # the config the run started with: a device it hashed once and a resume has changed since is there
+        start: str | None = (run_dir / "config.yaml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        start = None
+    if not matches_identity(state["config"], ident.config_hash, start):
         raise ForeignCheckpointError(f"{path.name}'s config does not match the identity it records (edited by "
                                      f"hand?); {move}")
     ours = RunIdentity.read(run_dir)

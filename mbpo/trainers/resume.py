@@ -1,5 +1,6 @@
 """Resuming a run: choose its newest loadable checkpoint, check it belongs to the run dir, and decide
-the config it resumes with (only run length, cadence, the non-finite rule, debug mode and the precisions may change).
+the config it resumes with (only run length, cadence, the non-finite rule, debug mode, the precisions and the
+device may change).
 """
 
 from __future__ import annotations

@@ -297,7 +297,8 @@ def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_nat
 
 
 @pytest.mark.parametrize("rule", ["precisions hashed", "top-level keys only"])
-def test_an_identity_of_an_earlier_rule_matches_after_a_precision_change_and_refuses_an_edit(rule: str) -> None:
+def test_an_identity_of_an_earlier_rule_matches_after_a_precision_or_device_change_and_refuses_an_edit(
+        rule: str) -> None:
     import hashlib
     import json
 
@@ -316,12 +317,44 @@ def test_an_identity_of_an_earlier_rule_matches_after_a_precision_change_and_ref
             data["runtime"].pop("nonfinite")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
-    started = recorded(to_yaml(load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=bf16",
-                                                                          "model.precision=bf16"])))
-    resumed = load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=fp32", "model.precision=auto"])
-    assert matches_identity(resumed, started)
+    start = to_yaml(load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=bf16", "model.precision=bf16",
+                                                               "device=cuda:1"]))
+    started = recorded(start)
+    resumed = load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=fp32", "model.precision=auto",
+                                                         "device=cpu"])
+    assert matches_identity(resumed, started, start)
+    assert not matches_identity(resumed, started)  # the device it started on is in its config.yaml only
     resumed.agent.sac.gamma = 0.9
-    assert not matches_identity(resumed, started)
+    assert not matches_identity(resumed, started, start)
+
+
+def test_a_run_trained_on_a_device_this_machine_lacks_resumes_here_with_device_set(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run started with ``device=cuda:N`` was stuck on a machine without that GPU: resume refused the device and
+    advised ``device=cpu``, which resume refused too ("cannot change when resuming"). Checkpoints load onto the CPU
+    first, so the device may change; the run then resumes again as any other.
+    """
+    import torch
+
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150") == 0
+    for path in [run / "config.yaml", *list_checkpoints(run / "checkpoints")]:  # as a run on a GPU wrote them
+        if path.suffix == ".yaml":
+            path.write_text(path.read_text().replace("device: cpu", "device: cuda:63", 1))
+        else:
+            state = load_checkpoint(path)
+            state["config"] = state["config"].replace("device: cpu", "device: cuda:63", 1)
+            state["identity"]["config_hash"] = config_hash(state["config"])
+            torch.save(state, path)
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, state["identity"]["config_hash"]).write(run, load_config(None, [f"run_dir={run}"]))
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
+    assert "cuda:63" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "total_env_steps=300", "device=cpu"]) == 0
+    assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
+    assert "device: cpu" in load_checkpoint(run / "checkpoints/ckpt_000000000450.pt")["config"]
 
 
 def test_debug_mode_on_resume_is_the_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
