@@ -11,11 +11,11 @@ source "$ROOT/run_async.sh"
 # pytest_args ARGS: ARGS without --smoke, one per line, each path the caller named from their own directory
 # (cd tests; ../run_async_test.sh test_x.py::test_a) made absolute, as pytest runs from the checkout.
 pytest_args() {
-  local a path prev=""
+  local a path prev="" not_a_path='^(-[kmnpoWr]|--(deselect|durations|timeout|maxfail|tb|dist|log-level))$'
   for a in "$@"; do
     path="${a%%::*}"
     if [[ "$a" == --smoke ]]; then continue
-    elif [[ "$a" != -* && -e "$path" && ! "$prev" =~ ^(-[kmnpoWr]|--(durations|timeout|maxfail|tb|dist|log-level))$ ]]
+    elif [[ "$a" != -* && -e "$path" && ! "$prev" =~ $not_a_path ]]  # -k envs: an expression, not the folder
     then echo "$(cd "$(dirname "$path")" && pwd)/$(basename "$path")${a:${#path}}"
     else echo "$a"; fi
     prev="$a"

@@ -23,7 +23,8 @@ stored, and ``moved``: every figure outside its band) and exits 1 if anything mo
 A move made on purpose: store the new figures (``--update`` writes them, with this machine and commit, and drops
 other machines' figures, now stale) and update the docs that quote them (README.md, docs/benchmarks.md) in the
 same commit. A CPU whose runs take another path at the same code (check by running the stored commit here):
-``--add-machine`` stores its figures beside the others, changing none.
+``--add-machine`` stores its figures beside the others (replacing its own earlier ones, no other CPU's); on the
+CPU a row's own figures came from it stores nothing for that row, and a move there still exits 1.
 
     python benchmarks/headlines.py [--only pendulum cartpole throughput] [--jobs 2] [--update | --add-machine]
 """
@@ -223,6 +224,7 @@ def main() -> int:
     result["moved"] = [name for name, r in result["rows"].items() if r["moved"]]
     if failed:
         result["failed"] = failed
+    written: list[str] = []
     if (args.update or args.add_machine) and not failed:
         on = {**here, "date": time.strftime("%Y-%m-%d"), "commit": commit}
         for name, r in result["rows"].items():
@@ -233,9 +235,12 @@ def main() -> int:
             elif not same_machine(row["measured_on"], here):
                 others = [o for o in row.get("on_other_machines", []) if not same_machine(o, here)]
                 row["on_other_machines"] = [*others, {**on, "figures": r["measured"]}]
+            else:
+                continue
+            written.append(name)
         args.stored.write_text(json.dumps(stored, indent=2) + "\n")
     print(json.dumps(result))
-    return 2 if failed else 1 if result["moved"] and not (args.update or args.add_machine) else 0
+    return 2 if failed else 1 if set(result["moved"]) - set(written) else 0
 
 
 if __name__ == "__main__":

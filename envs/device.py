@@ -8,9 +8,11 @@ instead of a CUDA error deep inside the first step.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
-__all__ = ["resolve_device", "DeviceUnavailableError"]
+__all__ = ["resolve_device", "DeviceUnavailableError", "restore_generator"]
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -60,3 +62,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
             f"(cuda:0..cuda:{count - 1}); pick one of those or set CUDA_VISIBLE_DEVICES"
         )
     return torch.device("cuda", index)
+
+
+def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
+    """Set ``generator`` to a checkpoint's ``state``, or, where that state is another device type's (a run resumed
+    on the CPU after a GPU, or back: a CPU generator's state and a CUDA one's differ in size, and ``set_state``
+    refuses the other's), seed it from that state, so the resumed run is as repeatable as before, on new streams.
+    Returns whether the state was restored as it was.
+    """
+    if state.numel() == generator.get_state().numel():
+        generator.set_state(state)
+        return True
+    generator.manual_seed(int.from_bytes(hashlib.sha256(state.cpu().numpy().tobytes()).digest()[:8], "little"))
+    return False

@@ -169,15 +169,20 @@ def _config_key_as_option(argv: list[str]) -> str | None:
     """
     if not argv or argv[argv[0] == "--debug":][:1] != ["train"]:
         return None
-    keys = {key for key, _, _ in describe()}
-    keys |= {key.split(".")[0] for key in keys}
+    leaves = [key for key, _, _ in describe()]
     for i, arg in enumerate(argv):
         name, _, value = arg.partition("=")
         key = name[2:].replace("-", "_")
         own = any(option.startswith(name) for option in ("--config", "--help", "--debug"))  # or an abbreviation
-        if name.startswith("--") and not own and key in keys:
-            value = value or (argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "<value>")
+        if not name.startswith("--") or own:
+            continue
+        value = value or (argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "<value>")
+        if key in leaves:
             return f"{name} is not an option of train; config keys are overrides: write {key}={value}"
+        under = [leaf for leaf in leaves if leaf.startswith(key + ".")]
+        if under:  # a section: --env Pendulum-v1
+            return (f"{name} is not an option of train; config keys are overrides by their dotted name, such as "
+                    f"{under[0]}={value} (python -m mbpo --help-config lists them)")
     return None
 
 
@@ -197,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {mistyped}", file=sys.stderr)
             return 2
         argv = ["train", *argv]  # default: train the default config
+    option_for_a_key = _config_key_as_option(_command_first(argv))  # before the values move away from their options
     argv = flags + _overrides_last(argv)
-    option_for_a_key = _config_key_as_option(argv)
     if option_for_a_key is not None:
         print(f"error: {option_for_a_key}", file=sys.stderr)
         return 2

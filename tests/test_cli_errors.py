@@ -186,6 +186,10 @@ def test_an_option_abbreviated_as_argparse_allows_keeps_its_value(capsys: pytest
      "error: --total-env-steps is not an option of train; config keys are overrides: write total_env_steps=500"),
     (["train", "--conf", "configs/pendulum_sac.yaml", "--env.num_envs", "4"],
      "error: --env.num_envs is not an option of train; config keys are overrides: write env.num_envs=4"),
+    (["train", "--total-env-steps", "500", "--config", "configs/pendulum_sac.yaml"],
+     "error: --total-env-steps is not an option of train; config keys are overrides: write total_env_steps=500"),
+    (["--env", "Pendulum-v1"], "error: --env is not an option of train; config keys are overrides by their dotted "
+                               "name, such as env.id=Pendulum-v1 (python -m mbpo --help-config lists them)"),
     (["configs/cartpole_dqn.yaml"], "error: override 'configs/cartpole_dqn.yaml' is not of the form key=value (e.g. "
                                     "env.num_envs=8); a config file is passed as --config configs/cartpole_dqn.yaml"),
 ])

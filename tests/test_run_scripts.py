@@ -140,9 +140,11 @@ def test_the_test_scripts_paths_are_the_callers_and_smoke_with_pytest_args_is_re
     (tmp_path / "sub" / "test_a.py").write_text("")
     (tmp_path / "envs").mkdir()
     script = ROOT / "run_async_test.sh"
-    out = subprocess.run(["bash", "-c", f"source '{script}' && pytest_args sub/test_a.py::t[a/b] -k envs -x envs"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == [f"{tmp_path}/sub/test_a.py::t[a/b]", "-k", "envs", "-x", f"{tmp_path}/envs"]
+    line = "pytest_args sub/test_a.py::t[a/b] -k envs -x envs --deselect sub/test_a.py::t"
+    out = subprocess.run(["bash", "-c", f"source '{script}' && {line}"], cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.splitlines() == [f"{tmp_path}/sub/test_a.py::t[a/b]", "-k", "envs", "-x", f"{tmp_path}/envs",
+                                       "--deselect", "sub/test_a.py::t"]
     refused = subprocess.run(["bash", str(script), "--smoke", "-k", "foo"], cwd=tmp_path, capture_output=True,
                              text=True, timeout=20)
     assert refused.returncode == 2 and refused.stderr.startswith("error: --smoke runs the stages only, so pytest's "

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from envs.base import RenderError, StepResult, VecEnv, check_actions, check_num_envs, resolve_env_ids
-from envs.device import resolve_device
+from envs.device import resolve_device, restore_generator
 
 __all__ = ["ClassicEnvState", "ClassicTask", "ClassicVecEnv", "device_constants"]
 
@@ -135,7 +135,7 @@ class ClassicVecEnv(VecEnv):
     def load_state_dict(self, state: ClassicEnvState) -> None:
         self._state = None if state["state"] is None else state["state"].to(self.device).clone()
         self.episode_steps = state["episode_steps"].to(self.device).clone()
-        self._generator.set_state(state["generator"])
+        restore_generator(self._generator, state["generator"])
 
     def render(self, env_index: int = 0) -> np.ndarray:
         """Env ``env_index``'s current state drawn with numpy (no display, no pygame): ``(H, W, 3)`` uint8."""

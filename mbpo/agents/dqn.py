@@ -20,6 +20,7 @@ from torchrl.data import Categorical
 from torchrl.modules import MLP, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, ValueEstimators
 
+from envs.device import restore_generator
 from mbpo.agents.base import AgentSpaceError
 from mbpo.config import DQNConfig
 from mbpo.config.seeding import derive
@@ -270,7 +271,7 @@ class DQN:
         """Inverse of :meth:`state_dict`."""
         self.load_snapshot(state)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.act_generator.set_state(state["act_generator"])
+        restore_generator(self.act_generator, state["act_generator"])
         self.num_skipped_updates = int(state["num_skipped_updates"])
         self.target_updater.load_state_dict(state["target_updater"])
         self._metric_sums = dict(state.get("metric_sums", {}))

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from envs.device import restore_generator
 from mbpo.agents.base import AgentSpaceError
 from mbpo.agents.critic import Critics
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
@@ -545,8 +546,8 @@ class SAC:
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.alpha_optim.load_state_dict(state["alpha_optim"])
-        self.generator.set_state(state["generator"])
-        self.act_generator.set_state(state["act_generator"])
+        restore_generator(self.generator, state["generator"])
+        restore_generator(self.act_generator, state["act_generator"])
         self._set_counts(int(state["num_updates"]), int(state["num_skipped_updates"]))
         self._resets = int(state.get("num_resets", 0))  # 0 in checkpoints that predate resets
         acc = torch.as_tensor(state["metric_acc"])

@@ -13,6 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
 from torchrl.data.replay_buffers.samplers import RandomSampler
 
+from envs.device import restore_generator
 from mbpo.device.checks import check_indices
 
 __all__ = [
@@ -106,7 +107,7 @@ def load_replay_state(rb: ReplayBuffer, state: dict) -> None:
         rb.extend(as_tensordict(state["data"]).to(rb.storage.device))
     rb.writer.load_state_dict(state["writer"])
     if state["generator"] is not None:
-        rb._rng.set_state(state["generator"])
+        restore_generator(rb._rng, state["generator"])
 
 
 def filled_rows(data: TensorDictBase) -> dict[str, torch.Tensor]:

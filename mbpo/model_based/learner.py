@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
+from envs.device import restore_generator
 from mbpo.config import DEFAULT_ROLLOUTS_PER_REAL, ModelConfig
 from mbpo.config.seeding import derive
 from mbpo.data.replay import ModelBuffer, newest_indices, rows_written, sample_batches, sample_real
@@ -425,8 +426,8 @@ class ModelBased:
                             "/ reward_fn)")
         self.ensemble.load_state_dict(state["ensemble"])
         self.model_buffer.load_state_dict(state["model_buffer"])
-        self.generator.set_state(state["generator"])
-        self.batch_generator.set_state(state["batch_generator"])
+        restore_generator(self.generator, state["generator"])
+        restore_generator(self.batch_generator, state["batch_generator"])
         # A run checkpointed before trainings started at learning_starts counted its budgets and its epochs
         # from env step 0: it goes on counting that way.
         self.budget_start = self.clock_start = 0

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import torch
 
+from envs.device import restore_generator
 from mbpo.config import LookaheadConfig
 from mbpo.models.rules import RuleFn
 
@@ -89,7 +90,7 @@ class Lookahead:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mean = None if state["mean"] is None else state["mean"].to(self.device)
-        self.generator.set_state(state["generator"])
+        restore_generator(self.generator, state["generator"])
 
     def end_episodes(self, done: torch.Tensor) -> None:
         """Forget the warm start of the envs whose episode just ended (bool ``(num_envs,)``)."""

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from envs.device import restore_generator
 from mbpo.agents.networks import BatchedLinear, BatchedMLP
 from mbpo.config import ModelConfig
 from mbpo.device.precision import resolve_precision
@@ -372,5 +373,5 @@ class DynamicsEnsemble(nn.Module):
         self.elites = [int(i) for i in state["elites"]]
         self.elite_index = torch.tensor(self.elites, device=self.device)
         self.version = int(state["version"])
-        self.generator.set_state(state["generator"])
+        restore_generator(self.generator, state["generator"])
         return result

@@ -135,9 +135,10 @@ def identity_data(config: Config | str) -> dict[str, Any]:
 
 def settings_data(config: Config | str) -> dict[str, Any]:
     """What makes two runs seeds of one setting, as plain data: every key but how long and how often the run goes
-    (a precision or debug mode, which a resume may change, is another setting to compare, not another seed).
+    and where it computed (a precision or debug mode, which a resume may change, is another setting to compare, not
+    another seed; a run on cuda:0 and one on cuda:1 are seeds of one).
     """
-    return _without(_config_data(config), _HOW_LONG_AND_HOW_OFTEN)
+    return _without(_config_data(config), (*_HOW_LONG_AND_HOW_OFTEN, *DEVICE_KEYS))
 
 
 def config_hash(config: Config | str) -> str:

@@ -391,6 +391,7 @@ class Trainer:
             "nonfinite_dropped": self.nonfinite_dropped,
             "planned_actions": self.planned_actions,
             "work_owed": self.work_owed(),
+            "device": str(self.plan.device),
         }
 
     def stopping(self) -> str:
@@ -428,6 +429,11 @@ class Trainer:
         self._recent_returns = deque(t["recent_returns"], maxlen=RECENT_EPISODES)
         self.nonfinite_dropped = int(t.get("nonfinite_dropped", 0))  # 0 in checkpoints that predate it
         self.planned_actions = int(t.get("planned_actions", 0))
+        was = t.get("device")  # None: written before checkpoints named it
+        if was is not None and torch.device(was).type != self.plan.device.type:
+            print(f"[mbpo] the checkpoint was written on {was} and the run resumes on {self.plan.device}: the random "
+                  f"streams of the learner, buffers and envs on {was} start again from seeds drawn from their states "
+                  "(a CPU generator cannot take a CUDA one's); the run goes on, on new draws", file=sys.stderr)
         self.agent.load_state_dict(state["agent"])
         load_replay_state(self.buffer, state["buffer"])
         if self.model is not None:

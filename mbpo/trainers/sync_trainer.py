@@ -16,6 +16,7 @@ and checkpoint it there, and set ``exit_code`` to 130 / 143, as the AsyncTrainer
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 import envs
+from envs.device import restore_generator
 from mbpo.config import Config
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
@@ -159,7 +161,7 @@ class SyncTrainer(Trainer):
                 logger.log(row)
             self.wall_s = throughput.wall_s()
             print(f"[mbpo] stopped at {self.env_steps:,} env steps; final checkpoint: {self.save()}; `python -m mbpo "
-                  f"resume {self.run_dir}` goes on from it", file=sys.stderr)
+                  f"resume {shlex.quote(str(self.run_dir))}` goes on from it", file=sys.stderr)
         return row
 
     def _first_reset(self) -> torch.Tensor:
@@ -251,7 +253,7 @@ class SyncTrainer(Trainer):
         super().load_state_dict(state)
         t = state["trainer"]
         self._episode_return = t["episode_return"].clone()
-        self._action_generator.set_state(t["action_generator"])
+        restore_generator(self._action_generator, t["action_generator"])
         if self._n_step is not None and t.get("n_step") is not None:  # None: an mbpo that did not save them
             self._n_step.load_state_dict(t["n_step"], self.env.device)
         if isinstance(self.policy, PlanningPolicy) and t.get("lookahead") is not None:  # None: planning off then

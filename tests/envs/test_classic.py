@@ -432,3 +432,23 @@ def test_pendulum_initial_states_are_gymnasiums_draws_scaled_without_a_host_tens
         expected = (torch.rand(n, 2, generator=torch.Generator().manual_seed(n)) * 2.0 - 1.0) \
             * torch.tensor([math.pi, 1.0])
         assert torch.equal(initial_state(n, torch.Generator().manual_seed(n), torch.device("cpu")), expected)
+
+
+def test_a_generator_restores_its_own_kind_of_state_and_is_seeded_from_another_kind() -> None:
+    """A checkpoint's generator state from a CUDA run (16 bytes) cannot be set on a CPU generator: it seeds it
+    instead, the same way each time, so a run moved between devices resumes repeatably.
+    """
+    from envs.device import restore_generator
+
+    def draws(generator: torch.Generator) -> torch.Tensor:
+        return torch.randn(4, generator=generator)
+
+    source = torch.Generator().manual_seed(3)
+    draws(source)
+    same = torch.Generator()
+    assert restore_generator(same, source.get_state())
+    assert torch.equal(draws(same), draws(source))
+    cuda_state = torch.arange(16, dtype=torch.uint8)
+    first, second = torch.Generator(), torch.Generator().manual_seed(99)
+    assert not restore_generator(first, cuda_state) and not restore_generator(second, cuda_state)
+    assert torch.equal(draws(first), draws(second))

@@ -171,7 +171,8 @@ def test_runs_with_one_label_but_other_settings_get_curves_of_their_own_naming_t
 
 def test_runs_that_differ_in_a_key_a_resume_may_change_are_other_settings_not_other_seeds(tmp_path: Path) -> None:
     """A precision and debug mode may change on resume, so the run's identity leaves them out; a plot kept them
-    in: an fp32 and a bf16 run (docs/benchmarks.md compares the two) made one curve, as seeds.
+    in: an fp32 and a bf16 run (docs/benchmarks.md compares the two) made one curve, as seeds. The device is where
+    a run computed, not what it learned: runs on two devices are seeds of one curve.
     """
     def run(name: str, *overrides: str) -> Path:
         return run_dir(tmp_path, name, EVALUATED, to_yaml(load_config(HOPPER, list(overrides))))
@@ -180,6 +181,8 @@ def test_runs_that_differ_in_a_key_a_resume_may_change_are_other_settings_not_ot
                    run("debug", "debug=true", "seed=2")])
     assert sorted(len(curve["seeds"]) for curve in data.values()) == [1, 1, 1]
     assert any('agent.sac.precision="bf16"' in label for label in data)
+    on_two_devices = curves([run("cpu", "device=cpu"), run("cuda", "device=cuda:1", "seed=1")])  # where, not what
+    assert [curve["seeds"] for curve in on_two_devices.values()] == [[0, 1]]
 
 
 def test_a_run_dir_given_twice_is_one_run_and_a_parent_of_runs_is_named_as_such(

@@ -328,11 +328,28 @@ def test_an_identity_of_an_earlier_rule_matches_after_a_precision_or_device_chan
     assert not matches_identity(resumed, started, start)
 
 
+def cuda_like(state: object) -> object:
+    """``state`` with each CPU generator state in it swapped for one of a CUDA generator's size (16 bytes: seed
+    and offset), as a run on a GPU wrote them.
+    """
+    import torch
+
+    if isinstance(state, dict):
+        return {key: cuda_like(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return [cuda_like(value) for value in state]
+    if isinstance(state, torch.Tensor) and state.dtype == torch.uint8 and \
+            state.numel() == torch.Generator().get_state().numel():
+        return torch.arange(16, dtype=torch.uint8)
+    return state
+
+
 def test_a_run_trained_on_a_device_this_machine_lacks_resumes_here_with_device_set(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A run started with ``device=cuda:N`` was stuck on a machine without that GPU: resume refused the device and
     advised ``device=cpu``, which resume refused too ("cannot change when resuming"). Checkpoints load onto the CPU
-    first, so the device may change; the run then resumes again as any other.
+    first, so the device may change; the generators a CUDA run saved (a state the CPU's cannot take) are seeded
+    from their states, the same way each time; the run then resumes again as any other.
     """
     import torch
 
@@ -342,17 +359,26 @@ def test_a_run_trained_on_a_device_this_machine_lacks_resumes_here_with_device_s
         if path.suffix == ".yaml":
             path.write_text(path.read_text().replace("device: cpu", "device: cuda:63", 1))
         else:
-            state = load_checkpoint(path)
+            state = cuda_like(load_checkpoint(path))
+            assert isinstance(state, dict)
             state["config"] = state["config"].replace("device: cpu", "device: cuda:63", 1)
             state["identity"]["config_hash"] = config_hash(state["config"])
+            state["trainer"]["device"] = "cuda:63"
             torch.save(state, path)
     identity = RunIdentity.read(run)
     assert identity is not None
     RunIdentity(identity.run_id, state["identity"]["config_hash"]).write(run, load_config(None, [f"run_dir={run}"]))
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
     capsys.readouterr()
     assert cli.main(["resume", str(run), "total_env_steps=300"]) == 2
     assert "cuda:63" in capsys.readouterr().err
     assert cli.main(["resume", str(run), "total_env_steps=300", "device=cpu"]) == 0
+    assert "the checkpoint was written on cuda:63 and the run resumes on cpu: the random streams" in \
+        capsys.readouterr().err
+    assert cli.main(["resume", str(again), "total_env_steps=300", "device=cpu"]) == 0
+    assert read_metrics(run / "metrics.csv")[-1]["eval_return"] == read_metrics(again / "metrics.csv")[-1][
+        "eval_return"]
     assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0
     assert "device: cpu" in load_checkpoint(run / "checkpoints/ckpt_000000000450.pt")["config"]
 
