@@ -8,7 +8,7 @@
 
 With no command (or only ``key=value`` overrides), it trains the default
 config, ``configs/pendulum_mbpo.yaml``. A run dir is
-``runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid>/`` under the current
+``runs/<env>-[mbpo-]<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid>/`` under the current
 directory unless ``run_dir=DIR`` is given. ``--help-config`` lists every config key.
 """
 

@@ -442,7 +442,7 @@ class Config:
     """Env transitions between rows of metrics.csv (every evaluation adds a row too)."""
     run_dir: str | None = None
     """Where the run writes config.yaml, metrics.csv and checkpoints; null = a new
-    runs/<env>-<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid> under the current directory."""
+    runs/<env>-[mbpo-]<agent>-s<seed>-<YYYYmmdd-HHMMSS>-<pid> under the current directory."""
     progress: bool = True
     """Show a tqdm progress bar."""
     torch_threads: int = 1

@@ -183,7 +183,8 @@ def validate(config: Config) -> None:
                                   ("model.rollouts_per_real", "model.rollouts_per_vector_step", "rollouts")):
         if _get(config, per) is not None and _get(config, per_vector) is not None:
             raise ConfigError(f"{per}={_get(config, per)} and {per_vector}={_get(config, per_vector)} both set the "
-                              f"{what} budget; set one of the two (the other is null)")
+                              f"{what} budget; set one of the two, the other null (to use {per_vector} over a config "
+                              f"that sets {per}, add {per}=null)")
     _check_learner_keys(config)
     _check_critic(config)
     if config.model.enabled and config.model.rollout_n_step > 1 and config.agent.name != "sac":
@@ -205,9 +206,16 @@ def validate(config: Config) -> None:
         raise ConfigError(f"model.rollout_keep_fraction={m.rollout_keep_fraction} ranks branches by how much the "
                           f"elites disagree, which needs model.num_elites >= 2 (it is {m.num_elites}); raise "
                           "num_elites or set rollout_keep_fraction=1.0")
-    if len(m.weight_decay) != len(m.hidden_sizes) + 1 or not all(w >= 0 for w in m.weight_decay):
-        raise ConfigError(f"model.weight_decay={m.weight_decay!r} is not allowed; expected "
-                          f"{len(m.hidden_sizes) + 1} non-negative values (one per hidden layer plus the output)")
+    if not all(w >= 0 for w in m.weight_decay):
+        raise ConfigError(f"model.weight_decay={m.weight_decay!r} is not allowed; expected {len(m.hidden_sizes) + 1} "
+                          "non-negative values (one per hidden layer plus the output)")
+    if len(m.weight_decay) != len(m.hidden_sizes) + 1:  # resizing the model leaves the file's per-layer decays
+        fit = [*m.weight_decay[:len(m.hidden_sizes)], *m.weight_decay[len(m.weight_decay) - 1:]]
+        fit += [fit[-1]] * (len(m.hidden_sizes) + 1 - len(fit))
+        raise ConfigError(f"model.hidden_sizes={m.hidden_sizes!r} has {len(m.hidden_sizes)} hidden layers, so "
+                          f"model.weight_decay takes {len(m.hidden_sizes) + 1} values (one per hidden layer plus the "
+                          f"output), not the {len(m.weight_decay)} of {m.weight_decay!r}; set it with the model's "
+                          f"size, e.g. model.weight_decay=[{','.join(f'{w:g}' for w in fit)}]")
     s0, s1, l0, l1 = (m.rollout_schedule + [0, 0, 0, 0])[:4]
     if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
         raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "

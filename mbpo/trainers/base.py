@@ -144,8 +144,8 @@ class Trainer:
         """CPU seconds of process and Ray collectors since then, as their batches report them: [ingested batches
         (the learner thread adds), batches a full queue dropped (the queue's drop adds)], one writer each."""
         self._lock = RunLock(self.run_dir)
-        if config.total_env_steps <= config.agent.learning_starts:
-            print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is at or below agent.learning_starts="
+        if config.total_env_steps < config.agent.learning_starts:  # the vector step that reaches it earns updates
+            print(f"[mbpo] warning: total_env_steps={config.total_env_steps} is below agent.learning_starts="
                   f"{config.agent.learning_starts}: this run takes random actions only and trains nothing; raise "
                   "total_env_steps or lower agent.learning_starts", file=sys.stderr)
         if config.eval_every > config.total_env_steps:

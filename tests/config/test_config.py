@@ -292,3 +292,19 @@ def test_the_cartpole_mbpo_config_keeps_pre_fit_weights_of_members_that_did_not_
     """
     cfg = load_config(CONFIGS / "cartpole_mbpo.yaml")
     assert cfg.model.fit_baseline == "pre_fit" and load_config(None).model.fit_baseline == "new_fit"
+
+
+def test_a_resized_model_or_a_per_vector_step_budget_over_a_configs_own_says_what_to_set() -> None:
+    """``model.hidden_sizes=[32,32]`` was refused as a ``model.weight_decay`` the user never set, and
+    ``agent.updates_per_vector_step=4`` as a clash with the file's ``agent.utd_ratio``, neither saying the fix.
+    """
+    with pytest.raises(ConfigError, match=re.escape(
+            "model.hidden_sizes=[32, 32] has 2 hidden layers, so model.weight_decay takes 3 values (one per hidden "
+            "layer plus the output), not the 5 of [2.5e-05, 5e-05, 7.5e-05, 7.5e-05, 0.0001]; set it with the "
+            "model's size, e.g. model.weight_decay=[2.5e-05,5e-05,0.0001]")):
+        load_config(None, ["model.hidden_sizes=[32,32]"])
+    assert load_config(None, ["model.hidden_sizes=[32,32]", "model.weight_decay=[2.5e-05,5e-05,0.0001]"])
+    with pytest.raises(ConfigError, match=re.escape("(to use agent.updates_per_vector_step over a config that sets "
+                                                    "agent.utd_ratio, add agent.utd_ratio=null)")):
+        load_config("configs/pendulum_mbpo.yaml", ["agent.updates_per_vector_step=4"])
+    assert load_config("configs/pendulum_mbpo.yaml", ["agent.updates_per_vector_step=4", "agent.utd_ratio=null"])

@@ -13,7 +13,7 @@ import envs
 from mbpo.config import Config, ConfigError, load_config
 from mbpo.run.metrics import read_metrics
 from mbpo.run.throughput import RATE_COLUMNS
-from mbpo.trainers import SyncTrainer
+from mbpo.trainers import AsyncTrainer, SyncTrainer
 from mbpo.trainers.async_telemetry import AsyncTelemetry
 from mbpo.trainers.base import INTERVAL_COLUMNS, TIME_PARTS
 from tests.conftest import only_learner
@@ -438,13 +438,26 @@ def test_rollouts_per_vector_step_sets_the_model_budget_per_vector_step(tmp_path
         tiny(tmp_path, *mbpo, "model.rollouts_per_real=2", "model.rollouts_per_vector_step=8")
 
 
+@pytest.mark.parametrize("trainer", ["sync", "async"])
+def test_a_run_as_long_as_its_learning_starts_trains_and_is_not_told_it_trains_nothing(
+        tmp_path: Path, trainer: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The vector step that reaches ``learning_starts`` earns updates; a warning said such a run trained nothing
+    (the scale configs' first batch: learning_starts is one collection batch).
+    """
+    cfg = tiny(tmp_path, "total_env_steps=100", f"trainer={trainer}", "agent.batch_size=16", "eval_every=100")
+    run = SyncTrainer(cfg, tmp_path) if trainer == "sync" else AsyncTrainer(cfg, tmp_path)
+    row = run.run()
+    assert cfg.agent.learning_starts == 100 and row["updates"] > 0
+    assert "trains nothing" not in capsys.readouterr().err
+
+
 def test_a_run_that_cannot_train_says_so_and_buffers_that_cannot_fit_are_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from mbpo.errors import MbpoError
 
-    SyncTrainer(tiny(tmp_path / "a", "total_env_steps=100"), tmp_path / "a")
+    SyncTrainer(tiny(tmp_path / "a", "total_env_steps=99"), tmp_path / "a")
     err = capsys.readouterr().err
-    assert "total_env_steps=100 is at or below agent.learning_starts=100: this run takes random actions only" in err
+    assert "total_env_steps=99 is below agent.learning_starts=100: this run takes random actions only" in err
     assert "[mbpo] memory on cpu: replay buffer 1,000 x 34 B" in err  # Pendulum: 2 x 12 + 4 + 4 + 2 bytes a row
     with pytest.raises(MbpoError, match=r"buffers need .* GiB on cpu but only .* available.*lower agent.buffer_size"):
         SyncTrainer(tiny(tmp_path / "b", "agent.buffer_size=100000000000"), tmp_path / "b")
