@@ -31,6 +31,42 @@ HOLD = ("import sys; from mbpo.run.run_dir import RunLock; RunLock(sys.argv[1]).
         "print('locked', flush=True); sys.stdin.read()")
 
 
+TOP_LEVEL_ONLY = ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
+                  "checkpoint", "run_dir")
+"""What the identity of a run written before nested keys were left out did not hash."""
+PRECISIONS_HASHED = (*TOP_LEVEL_ONLY, "debug", "runtime.nonfinite")
+"""What the identity of a run written before its precisions and device could change on resume did not hash."""
+
+
+def earlier_hash(config_yaml: str, left_out: tuple[str, ...]) -> str:
+    """A run's identity hash as an earlier rule took it: the config without the dotted keys ``left_out``."""
+    import hashlib
+    import json
+
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    assert isinstance(data, dict)
+    for key in left_out:
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node.pop(last, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def record_identity(run: Path, path: Path, state: dict, recorded: str) -> None:
+    """Make ``recorded`` the identity hash of ``run``: in its checkpoint at ``path`` (``state``) and in run.json."""
+    import torch
+
+    state["identity"]["config_hash"] = recorded
+    torch.save(state, path)
+    identity = RunIdentity.read(run)
+    assert identity is not None
+    RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
+
+
 def train(run: Path, *overrides: str, config: str = "configs/pendulum_sac.yaml") -> int:
     return cli.main(["train", "--config", config, f"run_dir={run}", *only_learner([*TINY, *overrides], config)])
 
@@ -218,12 +254,6 @@ def test_a_run_resumed_with_a_key_a_resume_may_change_resumes_again(tmp_path: Pa
     checkpoints written after such a resume still match the run, so it resumes again, and so does a run whose
     identity was recorded before nested keys were left out of it.
     """
-    import hashlib
-    import json
-
-    import torch
-    from omegaconf import OmegaConf
-
     run = tmp_path / "run"
     assert train(run, "total_env_steps=150") == 0
     assert cli.main(["resume", str(run), "total_env_steps=300", "runtime.nonfinite=drop"]) == 0
@@ -233,20 +263,8 @@ def test_a_run_resumed_with_a_key_a_resume_may_change_resumes_again(tmp_path: Pa
     assert "nonfinite: drop" in state["config"] and "debug: false" in state["config"]
     assert RunIdentity.from_dict(state["identity"]) == RunIdentity.read(run)
 
-    def legacy_hash(config_yaml: str) -> str:  # the identity as runs recorded it before (top-level keys only)
-        data = OmegaConf.to_container(OmegaConf.create(config_yaml))
-        assert isinstance(data, dict)
-        for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                    "checkpoint", "run_dir"):
-            data.pop(key, None)
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-    recorded = legacy_hash(state["config"].replace("nonfinite: drop", "nonfinite: raise"))  # the run's start
-    state["identity"]["config_hash"] = recorded
-    torch.save(state, run / "checkpoints/ckpt_000000000600.pt")
-    identity = RunIdentity.read(run)
-    assert identity is not None
-    RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
+    recorded = earlier_hash(state["config"].replace("nonfinite: drop", "nonfinite: raise"), TOP_LEVEL_ONLY)
+    record_identity(run, run / "checkpoints/ckpt_000000000600.pt", state, recorded)  # as the run recorded its start
     assert cli.main(["resume", str(run), "total_env_steps=750"]) == 0
 
 
@@ -257,12 +275,6 @@ def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_nat
     too. The precisions may change on resume (autocast over fp32 weights: the checkpoint is the same), and the run
     resumes again after that, as does one whose identity was recorded when the precisions were hashed.
     """
-    import hashlib
-    import json
-
-    import torch
-    from omegaconf import OmegaConf
-
     import mbpo.device.precision as precision
 
     run = tmp_path / "run"
@@ -281,45 +293,21 @@ def test_a_run_whose_auto_precision_became_bf16_resumes_on_a_machine_without_nat
     assert "precision: fp32" in state["config"]
 
     started = state["config"].replace("precision: fp32", "precision: bf16", 1)  # agent.sac's (model's stays fp32)
-    data = OmegaConf.to_container(OmegaConf.create(started))
-    assert isinstance(data, dict)
-    for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                "checkpoint", "debug", "run_dir"):
-        data.pop(key, None)
-    data["runtime"].pop("nonfinite")
-    recorded = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]  # precisions hashed
-    state["identity"]["config_hash"] = recorded
-    torch.save(state, run / "checkpoints/ckpt_000000000450.pt")
-    identity = RunIdentity.read(run)
-    assert identity is not None
-    RunIdentity(identity.run_id, recorded).write(run, load_config(None, [f"run_dir={run}"]))
+    record_identity(run, run / "checkpoints/ckpt_000000000450.pt", state, earlier_hash(started, PRECISIONS_HASHED))
     assert cli.main(["resume", str(run), "total_env_steps=600"]) == 0
 
 
 @pytest.mark.parametrize("rule", ["precisions hashed", "top-level keys only"])
 def test_an_identity_of_an_earlier_rule_matches_after_a_precision_or_device_change_and_refuses_an_edit(
         rule: str) -> None:
-    import hashlib
-    import json
 
-    from omegaconf import OmegaConf
 
     from mbpo.config import to_yaml
     from mbpo.run.run_dir import matches_identity
 
-    def recorded(config_yaml: str) -> str:
-        data = OmegaConf.to_container(OmegaConf.create(config_yaml))
-        assert isinstance(data, dict)
-        for key in ("total_env_steps", "eval_every", "eval_episodes", "eval_video", "log_every", "progress",
-                    "checkpoint", "run_dir", *(("debug",) if rule == "precisions hashed" else ())):
-            data.pop(key, None)
-        if rule == "precisions hashed":
-            data["runtime"].pop("nonfinite")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
     start = to_yaml(load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=bf16", "model.precision=bf16",
                                                                "device=cuda:1"]))
-    started = recorded(start)
+    started = earlier_hash(start, PRECISIONS_HASHED if rule == "precisions hashed" else TOP_LEVEL_ONLY)
     resumed = load_config("configs/pendulum_mbpo.yaml", ["agent.sac.precision=fp32", "model.precision=auto",
                                                          "device=cpu"])
     assert matches_identity(resumed, started, start)
@@ -351,8 +339,6 @@ def test_a_run_trained_on_a_device_this_machine_lacks_resumes_here_with_device_s
     first, so the device may change; the generators a CUDA run saved (a state the CPU's cannot take) are seeded
     from their states, the same way each time; the run then resumes again as any other.
     """
-    import torch
-
     run = tmp_path / "run"
     assert train(run, "total_env_steps=150") == 0
     for path in [run / "config.yaml", *list_checkpoints(run / "checkpoints")]:  # as a run on a GPU wrote them
@@ -362,12 +348,8 @@ def test_a_run_trained_on_a_device_this_machine_lacks_resumes_here_with_device_s
             state = cuda_like(load_checkpoint(path))
             assert isinstance(state, dict)
             state["config"] = state["config"].replace("device: cpu", "device: cuda:63", 1)
-            state["identity"]["config_hash"] = config_hash(state["config"])
             state["trainer"]["device"] = "cuda:63"
-            torch.save(state, path)
-    identity = RunIdentity.read(run)
-    assert identity is not None
-    RunIdentity(identity.run_id, state["identity"]["config_hash"]).write(run, load_config(None, [f"run_dir={run}"]))
+            record_identity(run, path, state, config_hash(state["config"]))
     again = tmp_path / "again"
     shutil.copytree(run, again)
     capsys.readouterr()
