@@ -126,39 +126,6 @@ def test_a_cluster_that_is_not_there_is_one_line_naming_the_key_and_how_to_start
                                         "started on this machine); start one first (`ray start --head` here")
 
 
-def test_a_private_ray_listens_on_loopback_only_and_is_gone_after_the_run(
-        tiny_config: Callable[..., Config], thread_baseline: int) -> None:
-    """Its processes also block SIGINT and SIGTERM: a signal to the run's process group (Ctrl-C, a scheduler's
-    SIGTERM) reaches the trainer alone, which stops them after its final checkpoint (if raylet died with it,
-    Ray's core worker would end the trainer with exit 1 first). Its session files are under the test session's
-    RAY_TMPDIR (conftest), not the machine's /tmp/ray.
-    """
-    cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
-    trainer = AsyncTrainer(cfg, cfg.run_dir)
-    opened: list[dict[int, tuple[int, str, int]]] = []
-    children: list[dict[int, set[int]]] = []
-    sessions: list[Path] = []
-    ingest = trainer._ingest
-
-    def look_while_running(item: CollectorBatch) -> None:
-        if not opened:
-            opened.append(listening_of(os.getpid()))
-            children.append(ray_children())
-            sessions.append(Path(ray._private.worker._global_node.get_session_dir_path()))
-        ingest(item)
-
-    trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
-    row = trainer.run()
-    assert row["env_steps"] == 384 and len(trainer.buffer) == 384 and row["utd_ratio_realised"] == pytest.approx(2.0)
-    assert opened[0] and all(is_loopback(address) for _, address, _ in opened[0].values()), opened[0]
-    stop = {int(signal.SIGINT), int(signal.SIGTERM)}
-    assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
-    assert sessions[0].is_relative_to(os.environ["RAY_TMPDIR"]), sessions[0]
-    assert not ray.is_initialized()  # the run started it, the run shut it down
-    gc.collect()  # Ray objects no one holds any more
-    assert still_listening(opened[0]) == {}
-
-
 def test_a_private_ray_stops_without_waiting_on_the_sigterm_its_processes_block(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """ray.shutdown sends each head process a SIGTERM and waits a second for it: ours block SIGTERM, so every run
@@ -178,11 +145,16 @@ def test_a_private_ray_stops_without_waiting_on_the_sigterm_its_processes_block(
     assert alive(started) == set()
 
 
-def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(
-        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_private_ray_is_its_own_beside_another_ray_listens_on_loopback_only_and_is_gone_after_the_run(
+        tiny_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        thread_baseline: int) -> None:
     """Another Ray on this machine (a second run, a test worker beside this one), named by RAY_ADDRESS too: the
-    run neither joins it (Ray's default for ray.init without an address) nor stops it.
+    run neither joins it (Ray's default for ray.init without an address) nor stops it. Its own Ray listens on
+    loopback only, and its processes block SIGINT and SIGTERM: a signal to the run's process group (Ctrl-C, a
+    scheduler's SIGTERM) reaches the trainer alone, which stops them after its final checkpoint (if raylet died
+    with it, Ray's core worker would end the trainer with exit 1 first). Its session files are under the test
+    session's RAY_TMPDIR (conftest), not the machine's /tmp/ray. One run checks both (a private Ray's start is
+    the cost of each).
     """
     code = ("import ray, sys; ray.init(address='local', num_cpus=1, include_dashboard=False); "
             "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()")
@@ -193,13 +165,35 @@ def test_a_private_ray_is_its_own_beside_another_ray_on_the_machine(
         address = other.stdout.readline().strip()
         assert address, "the other Ray did not start"
         monkeypatch.setenv("RAY_ADDRESS", address)
-        cfg = tiny_config("runtime.backend=ray")
+        cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
         trainer = AsyncTrainer(cfg, cfg.run_dir)
         ours = ray.get_runtime_context().gcs_address
+        opened: list[dict[int, tuple[int, str, int]]] = []
+        children: list[dict[int, set[int]]] = []
+        sessions: list[Path] = []
+        ingest = trainer._ingest
+
+        def look_while_running(item: CollectorBatch) -> None:
+            if not opened:  # the run's own: the other Ray is this process's child too
+                theirs = listening_of(other.pid)
+                opened.append({k: v for k, v in listening_of(os.getpid()).items() if k not in theirs})
+                children.append({pid: s for pid, s in ray_children().items() if pid != other.pid})
+                sessions.append(Path(ray._private.worker._global_node.get_session_dir_path()))
+            ingest(item)
+
+        trainer._ingest = look_while_running  # type: ignore[method-assign]  # a spy in place of the bound method
         row = trainer.run()
-        assert ours != address and row["env_steps"] == 384 and not ray.is_initialized()
+        assert ours != address and not ray.is_initialized()  # the run started its own and shut it down
         assert f"RAY_ADDRESS={address} is set, runtime.ray.address is not" in capsys.readouterr().err
         assert other.poll() is None  # the other Ray's driver is still there
+        assert row["env_steps"] == 384 and len(trainer.buffer) == 384
+        assert row["utd_ratio_realised"] == pytest.approx(2.0)
+        assert opened[0] and all(is_loopback(address) for _, address, _ in opened[0].values()), opened[0]
+        stop = {int(signal.SIGINT), int(signal.SIGTERM)}
+        assert children[0] and all(blocked == stop for blocked in children[0].values()), children[0]
+        assert sessions[0].is_relative_to(os.environ["RAY_TMPDIR"]), sessions[0]
+        gc.collect()  # Ray objects no one holds any more
+        assert still_listening(opened[0]) == {}
     finally:
         assert other.stdin is not None
         other.stdin.close()
