@@ -78,3 +78,16 @@ def test_a_resumed_async_run_never_logs_a_wall_s_below_the_one_before(tiny_confi
     resumed.run()
     walls = [float(row["wall_s"]) for row in read_metrics(Path(cfg.run_dir) / "metrics.csv")]
     assert walls == sorted(walls), walls
+
+
+def test_the_progress_bars_learner_busy_is_the_last_rows_until_the_learner_updates_again() -> None:
+    """Right after a row the interval holds no update yet: the bar read learner_busy=0 at the end of every run and
+    after each row while the row said 0.9 (the rates already fell back to the row's).
+    """
+    from mbpo.trainers.async_telemetry import AsyncTelemetry
+
+    telemetry = AsyncTelemetry()
+    assert telemetry.learner_busy(0.5, 1.0) == 0.5  # no row yet: the interval's own
+    assert telemetry.row(update_s=0.9, model_s=None, interval_s=1.0)["learner_busy"] == 0.9
+    assert telemetry.learner_busy(0.9, 0.01) == 0.9  # nothing updated since the row
+    assert telemetry.learner_busy(1.0, 0.2) == pytest.approx(0.5)  # updating again: the new interval's
