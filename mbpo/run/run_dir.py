@@ -155,7 +155,7 @@ def matches_identity(config: Config | str, recorded: str, start: Config | str | 
     started = _config_data(start) if start is not None else {}
     for left_out, hashed in _IDENTITY_RULES:
         kept = _without(data, left_out)
-        choices = [_ONCE_HASHED[key] or _values_of(key, data, started) for key in hashed]
+        choices = [_ONCE_HASHED[key] or _values_of(key, data, started) or (None,) for key in hashed]  # None: absent
         for values in itertools.product(*choices):
             variant = copy.deepcopy(kept)
             for key, value in zip(hashed, values, strict=True):

@@ -312,6 +312,8 @@ def test_an_identity_of_an_earlier_rule_matches_after_a_precision_or_device_chan
                                                          "device=cpu"])
     assert matches_identity(resumed, started, start)
     assert not matches_identity(resumed, started)  # the device it started on is in its config.yaml only
+    older = "\n".join(line for line in start.splitlines() if line.strip() != "device: null")  # before env.device
+    assert "device: null" in start and matches_identity(older, earlier_hash(older, TOP_LEVEL_ONLY))
     resumed.agent.sac.gamma = 0.9
     assert not matches_identity(resumed, started, start)
 
