@@ -39,6 +39,9 @@ HEALTH_PANELS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("critic bias at evaluation start states (Q - MC return)", ("q_bias", "q_bias_reward"), False),
 )
 """``(title, metrics.csv columns, log scale)`` of the model-health chart's panels."""
+EMPTY_PANEL = {"open-loop state error along real trajectories":
+               "needs 5 consecutive steps of one env between two model fits: a run with many envs per fit has none"}
+"""Why a panel can have no values in an MBPO run's metrics.csv (said in the panel, and once on stderr)."""
 NOTE = "[mbpo] plot:"
 
 
@@ -359,7 +362,13 @@ def plot_model_health(run_dirs: RunDirs, out: str | Path, x: str = "env_steps") 
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("env steps" if x == "env_steps" else "wall-clock (s)", fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if any(data for _, data in lines):
+            ax.legend(fontsize=7)
+        else:  # an empty panel says why, not a matplotlib warning about a legend without lines
+            why = EMPTY_PANEL.get(title, "not logged by these runs")
+            ax.text(0.5, 0.5, f"no values: {why}", ha="center", va="center", fontsize=8, wrap=True,
+                    transform=ax.transAxes)
+            print(f"{NOTE} {title}: no values in these runs ({why})", file=sys.stderr)
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=110, bbox_inches="tight")

@@ -199,3 +199,24 @@ def test_a_run_dir_given_twice_is_one_run_and_a_parent_of_runs_is_named_as_such(
     assert cli.main(["plot", str(runs), "--out", str(tmp_path / "p.png")]) == 2
     assert capsys.readouterr().err == (f"error: no run to plot: {runs}: it holds 1 run dir(s), not a run (a): name "
                                        f"them, e.g. {runs / '*'}\n")
+
+
+def test_a_health_panel_without_values_says_why_instead_of_warning(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """At thousands of envs a fit never sees 5 consecutive steps of one env, so the open-loop columns stay empty:
+    the panel was drawn empty with matplotlib's "No artists with labels found to put in legend" warning.
+    """
+    import warnings
+
+    pytest.importorskip("matplotlib")
+    from mbpo.run.plotting import plot_model_health
+
+    header = "env_steps,updates,wall_s,train_return,eval_return,model_err_delta,model_open_loop_err_5\n"
+    run = run_dir(tmp_path, "scale", header + "100,1,1.0,,-1500.0,0.5,\n200,2,2.0,,-1400.0,0.4,\n")
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plot_model_health([run], tmp_path / "health.png")
+    assert out is not None and out.read_bytes()[:4] == b"\x89PNG"
+    assert ("[mbpo] plot: open-loop state error along real trajectories: no values in these runs (needs 5 "
+            "consecutive steps of one env between two model fits") in capsys.readouterr().err
