@@ -19,8 +19,9 @@ def budget_start(train_freq: int, learning_starts: int) -> int:
 def trainings_earned(env_steps: int, train_freq: int, start: int, num_envs: int = 1) -> int:
     """Model trainings due after ``env_steps`` real transitions (whole vector steps of ``num_envs``), counting
     from ``start`` (:func:`budget_start`): one at every multiple of ``train_freq`` after it, at most one per
-    vector step, as the sync trainer fits once after a vector step however many multiples it crossed (the
-    async gate counts the same way, so its model thread does not fit several times on the same data).
+    vector step, as the sync trainer fits once after a vector step however many multiples it crossed. The async
+    gate counts the same way, so a collection batch of several vector steps earns several trainings at once: its
+    model thread fits once for each on that batch's data, unless ``model.max_lag`` > 1 folds them into one fit.
     """
     if num_envs <= train_freq:  # a vector step crosses at most one multiple
         return max((env_steps - start) // train_freq, 0)
