@@ -64,8 +64,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             collectors = 1 if config.trainer == "sync" or config.debug else config.runtime.num_collectors
             size = f"x{config.env.num_envs}" if collectors == 1 else \
                 f"{collectors} collectors x {config.env.num_envs} envs"
+            device = config.device
+            if device == "auto":  # as the trainer will resolve it
+                from mbpo.device.plan import DevicePlan
+
+                device = f"auto ({DevicePlan.for_run(config.device, config.env.device).device})"
             print(f"[mbpo] {config.trainer} training of {mode}{config.agent.name} on {config.env.id}{built_by} "
-                  f"{size}, device={config.device}; run dir {run_dir}", file=sys.stderr)
+                  f"{size}, device={device}; run dir {run_dir}", file=sys.stderr)
             phase = ["during start-up: once the trainer is built"]
             with stop_on_signals(lambda: phase[0]) as early:
                 trainer = make_trainer(config, run_dir, args.overrides)  # Ctrl-C is held off until then: library code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,9 +53,10 @@ def test_train_eval_resume_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_train_refuses_to_overwrite_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """And its start-up line names the device ``auto`` became (it said ``device=auto``, the next lines ``cpu``)."""
     run = tmp_path / "run"
-    assert cli.main(["train", f"run_dir={run}", *TINY, "total_env_steps=150"]) == 0
-    capsys.readouterr()
+    assert cli.main(["train", f"run_dir={run}", *TINY, "total_env_steps=150", "device=auto"]) == 0
+    assert re.search(r", device=auto \((cpu|cuda:\d+)\); run dir ", capsys.readouterr().err)
     assert cli.main(["train", f"run_dir={run}", *TINY]) == 2
     assert "already holds a run with checkpoints" in capsys.readouterr().err
 

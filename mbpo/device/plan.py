@@ -81,6 +81,11 @@ class DevicePlan:
             raise envs.DeviceUnavailableError(f"device plan: {exc}") from None
         return cls(device=device, requested=requested)
 
+    @classmethod
+    def for_run(cls, device: str, env_device: str | None) -> DevicePlan:
+        """The plan of a run's ``device`` and ``env.device``: ``device=auto`` follows an explicit ``env.device``."""
+        return cls.resolve(env_device if device == "auto" and env_device not in (None, "auto") else device)
+
     def check(self, on_device: dict[str, Any], on_cpu: dict[str, Any] | None = None) -> None:
         """Assert that ``on_device`` components are on the plan's device and ``on_cpu`` ones on CPU.
 

@@ -126,10 +126,7 @@ class Trainer:
         """Gradient updates per collected transition in effect (agent.utd_ratio or updates_per_vector_step)."""
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend
         seed_everything(config.seed)
-        requested = config.device
-        if config.device == "auto" and config.env.device is not None and config.env.device != "auto":
-            requested = config.env.device  # device=auto follows an explicit env.device
-        self.plan = DevicePlan.resolve(requested)
+        self.plan = DevicePlan.for_run(config.device, config.env.device)
         device = self.plan.device
         self.env_device = envs.resolve_device(config.env.device) if config.env.device else device
         _resolve_precisions(config, device)
