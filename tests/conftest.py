@@ -8,9 +8,13 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from mbpo.runtime.backends.forkserver import ForkServerLease
 
 FAKE_ISAACLAB = Path(__file__).parent / "envs" / "fake_isaaclab"
 
@@ -118,6 +122,50 @@ def module_ray() -> None:
     nothing reads them since); skipped, with the reason, only where the ray extra is missing.
     """
     WorkerRay.up()
+
+
+class WorkerForkServer:
+    """One fork server per xdist worker that the in-process ``process`` runs of the tests parametrized by backend
+    share, as two runs of one process share it (:class:`mbpo.runtime.backends.forkserver.ForkServerLease`), instead
+    of each starting and stopping its own (about 3 s of CPU a start, torch's and tensordict's imports: a tenth of
+    the suite). It holds a lease of its own, taken before the test's body, so it starts from the environment every
+    test starts from. Stopped before a test reading what collectors print (``capfd``: a server started before the
+    test writes past its capture), for tests/runtime/test_process_backend.py (what a run's own server inherits,
+    its death, nothing left after the run) and at the session's end.
+    """
+
+    lease: ForkServerLease | None = None
+
+    @classmethod
+    def up(cls) -> None:
+        from mbpo.runtime.backends.forkserver import ForkServerLease
+
+        if cls.lease is None:
+            cls.lease = ForkServerLease()
+        cls.lease.start()  # again where a test's run killed it
+
+    @classmethod
+    def down(cls) -> None:
+        if cls.lease is not None:
+            lease, cls.lease = cls.lease, None
+            lease.release()
+
+
+@pytest.fixture(autouse=True)
+def fork_server_of_the_worker(request: pytest.FixtureRequest) -> None:
+    """The worker's fork server (:class:`WorkerForkServer`) up for a test parametrized with the process backend,
+    stopped for one that reads collectors' output; other tests leave it as it is.
+    """
+    if "capfd" in request.fixturenames:
+        WorkerForkServer.down()
+    elif "process" in getattr(getattr(request.node, "callspec", None), "params", {}).values():
+        WorkerForkServer.up()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_fork_server_stopped_at_the_end() -> Iterator[None]:
+    yield
+    WorkerForkServer.down()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -35,10 +35,19 @@ from mbpo.runtime.handoff import NotPlainError, check_plain
 from mbpo.runtime.proc_tree import descendants
 from mbpo.runtime.shared_weights import STARVED_AFTER, SharedWeights
 from mbpo.trainers import AsyncTrainer
+from tests.conftest import WorkerForkServer
 from tests.runtime.conftest import faulty, run_shm_files, shm_names
 from tests.runtime.weights_reader import read_snapshots
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_worker_fork_server() -> None:
+    """These tests are about a run's own fork server: the worker's shared one is stopped first."""
+    WorkerForkServer.down()
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 
