@@ -37,9 +37,13 @@ def test_first_failing_stage_stops_with_traceback(
     assert ran == [] and "All tests completed" not in captured.out
 
 
-def test_smoke_runs_a_discrete_env(capsys: pytest.CaptureFixture[str]) -> None:
+def test_smoke_runs_a_discrete_env(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The stages that use ``--env``; the last trains PointMass whatever ``--env`` is (the test above runs it)."""
+    assert smoke.STAGES[-1][1] is smoke.stage_training
+    monkeypatch.setattr(smoke, "STAGES", smoke.STAGES[:-1])
     assert smoke.main(["--device", "cpu", "--env", "CartPole-v1"]) == 0
-    assert "obs_dim=4, act_dim=2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "obs_dim=4, act_dim=2" in out and out.splitlines()[-1] == "[Test] All tests completed successfully!"
 
 
 def test_rollout_is_labelled_and_measures_throughput(capsys: pytest.CaptureFixture[str]) -> None:
