@@ -20,7 +20,7 @@ ensure_venv() {
 }
 
 _ensure_venv() {
-  local extras="${1:-}" py="${PYTHON:-python3}" spec="." stamp want
+  local extras="${1:-}" py="${PYTHON:-python3}" spec="." stamp want site
   [[ -n "$extras" ]] && spec=".[$extras]"
   if [[ ! -x "$VENV/bin/python" ]]; then
     "$py" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"' || {
@@ -34,7 +34,12 @@ _ensure_venv() {
     return 0
   fi
   echo "[setup] installing mbpo$([[ -n "$extras" ]] && echo "[$extras]") into $VENV (first use or pyproject.toml changed)"
-  (cd "$ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$spec")
+  # pip compiles the installed modules one at a time (about a minute for torch and the rest); compileall -j 0
+  # does the same on every core. Its status is pip's rule: a module that does not compile (a library's test data)
+  # is left to fail where it is imported.
+  (cd "$ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-compile -e "$spec")
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null || true
   echo "$want" > "$stamp"
 }
 
