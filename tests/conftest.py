@@ -151,6 +151,12 @@ class WorkerForkServer:
             lease.release()
 
 
+def parametrized_with(request: pytest.FixtureRequest, value: str) -> bool:
+    """Whether one of the test's parameters is ``value`` (a string; other parameters may be arrays)."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    return any(isinstance(v, str) and v == value for v in params.values())
+
+
 @pytest.fixture(autouse=True)
 def fork_server_of_the_worker(request: pytest.FixtureRequest) -> None:
     """The worker's fork server (:class:`WorkerForkServer`) up for a test parametrized with the process backend,
@@ -158,7 +164,7 @@ def fork_server_of_the_worker(request: pytest.FixtureRequest) -> None:
     """
     if "capfd" in request.fixturenames:
         WorkerForkServer.down()
-    elif "process" in getattr(getattr(request.node, "callspec", None), "params", {}).values():
+    elif parametrized_with(request, "process"):
         WorkerForkServer.up()
 
 

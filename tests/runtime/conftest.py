@@ -15,7 +15,7 @@ import pytest
 from envs.faults import FaultyFactory
 from mbpo.config import Config, load_config
 from mbpo.runtime.semaphores import semaphore_files_of
-from tests.conftest import only_learner
+from tests.conftest import only_learner, parametrized_with
 
 if TYPE_CHECKING:
     from mbpo.runtime.collectors import CollectorBatch
@@ -57,7 +57,7 @@ def thread_baseline(request: pytest.FixtureRequest) -> Iterator[int]:
     """The thread count before the test; the test must end with the same threads, less a library's pool (see
     LIBRARY_POOL). A ``ray`` run's module Ray is up first: its driver threads are the module's, not the run's.
     """
-    if "ray" in getattr(getattr(request.node, "callspec", None), "params", {}).values():
+    if parametrized_with(request, "ray"):
         request.getfixturevalue("module_ray")
     before = set(threading.enumerate())
     yield len(before)
