@@ -167,6 +167,8 @@ def _import(module_name: str, path: str) -> Any:
         missing = exc.name or ""
         if not (module_name == missing or module_name.startswith(missing + ".")):
             raise  # the factory's module is there but imports one that is not: the user's, with its traceback
+        if str(exc) != f"No module named {missing!r}":  # a finder's own reason (mbpo's: a user's envs package)
+            raise EnvFactoryError(path, f"cannot be imported: {exc}") from None
         raise EnvFactoryError(path, f"cannot be imported: no module named {missing!r} on sys.path or in {cwd}; "
                                     "expected an importable \"package.module:callable\"") from None
 

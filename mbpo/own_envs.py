@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ENVS_DIR", "OwnEnvsFinder", "install"]
+__all__ = ["ENVS_DIR", "OwnEnvsFinder", "install", "refuse_the_users_envs_module"]
 
 ENVS_DIR = Path(__file__).resolve().parent.parent / "envs"
 """Where mbpo's ``envs`` package is: beside ``mbpo`` (a checkout, an editable install or site-packages)."""
@@ -26,10 +26,28 @@ class OwnEnvsFinder:
 
     def find_spec(self, fullname: str, path: object = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "envs":
-            return None
-        return importlib.util.spec_from_file_location("envs", ENVS_DIR / "__init__.py",
-                                                      submodule_search_locations=[str(ENVS_DIR)])
+        if fullname == "envs":
+            return importlib.util.spec_from_file_location("envs", ENVS_DIR / "__init__.py",
+                                                          submodule_search_locations=[str(ENVS_DIR)])
+        if fullname.count(".") == 1 and fullname.startswith("envs."):
+            refuse_the_users_envs_module(fullname)
+        return None
+
+
+def refuse_the_users_envs_module(fullname: str) -> None:
+    """``envs.X`` that mbpo's package lacks but an ``envs`` folder elsewhere on ``sys.path`` holds (a user's own
+    package of that name): a ModuleNotFoundError naming both, where Python's says only "No module named 'envs.X'".
+    """
+    name = fullname.split(".", 1)[1]
+    if importlib.machinery.PathFinder.find_spec(name, [str(ENVS_DIR)]) is not None:
+        return
+    for entry in sys.path:
+        folder = Path(entry or ".") / "envs"
+        if folder.resolve() != ENVS_DIR and importlib.machinery.PathFinder.find_spec(name, [str(folder)]):
+            raise ModuleNotFoundError(
+                f"{fullname} is in your package {folder.resolve()}, but 'envs' is mbpo's own package ({ENVS_DIR}) in "
+                "a process that imports mbpo, so yours cannot be imported under that name; rename your package "
+                f"(for example to my_envs) and import my_envs.{name}", name=fullname)
 
 
 def install() -> None:

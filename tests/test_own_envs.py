@@ -44,3 +44,26 @@ def test_another_envs_imported_before_mbpo_is_one_import_error_naming_both(tmp_p
                                   "before mbpo, which needs its own envs package (") + r"/\S+/envs" +
                         re.escape(") under that name; import mbpo first, or rename your package"),
                         done.stderr.strip().splitlines()[-1])
+
+
+def test_a_module_of_the_users_own_envs_package_is_refused_by_name_not_as_missing(tmp_path: Path) -> None:
+    """After ``import mbpo``, ``envs`` is mbpo's: the user's ``envs/my_task.py`` was "No module named
+    'envs.my_task'" (and for env.factory, "not on sys.path or in <the folder that holds it>").
+    """
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("")
+    (tmp_path / "envs" / "my_task.py").write_text("def make_env():\n    raise AssertionError('never imported')\n")
+    says = (f"envs.my_task is in your package {tmp_path.resolve() / 'envs'}, but 'envs' is mbpo's own package (",
+            ") in a process that imports mbpo, so yours cannot be imported under that name; rename your package "
+            "(for example to my_envs) and import my_envs.my_task")
+    imported = run(tmp_path, "-c", "import mbpo, envs.classic, envs.my_task")
+    assert imported.returncode == 1 and imported.stderr.strip().splitlines()[-1].startswith(
+        f"ModuleNotFoundError: {says[0]}") and says[1] in imported.stderr, imported.stderr
+    trained = run(tmp_path, "-m", "mbpo", "train", "env.factory=envs.my_task:make_env", "env.id=MyTask",
+                  f"run_dir={tmp_path / 'run'}")
+    assert trained.returncode == 2, trained.stderr
+    mbpos = Path(__file__).resolve().parents[1] / "envs"
+    assert trained.stderr.strip().splitlines()[-1] == (
+        f"error: env.factory='envs.my_task:make_env' cannot be imported: {says[0]}{mbpos}{says[1]}")
+    missing = run(tmp_path, "-c", "import mbpo, envs.nowhere")
+    assert missing.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'envs.nowhere'"
