@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,17 +38,26 @@ class OwnEnvsFinder:
 def refuse_the_users_envs_module(fullname: str) -> None:
     """``envs.X`` that mbpo's package lacks but an ``envs`` folder elsewhere on ``sys.path`` holds (a user's own
     package of that name): a ModuleNotFoundError naming both, where Python's says only "No module named 'envs.X'".
+    Looked up on the disk as it is now (no import system caches: ``""`` is the working directory of this call).
     """
     name = fullname.split(".", 1)[1]
-    if importlib.machinery.PathFinder.find_spec(name, [str(ENVS_DIR)]) is not None:
+    if _holds(ENVS_DIR, name):
         return
     for entry in sys.path:
-        folder = Path(entry or ".") / "envs"
-        if folder.resolve() != ENVS_DIR and importlib.machinery.PathFinder.find_spec(name, [str(folder)]):
+        if not isinstance(entry, (str, os.PathLike)):
+            continue
+        folder = Path(os.path.abspath(os.path.join(entry or os.getcwd(), "envs")))
+        if folder.resolve() != ENVS_DIR and _holds(folder, name):
             raise ModuleNotFoundError(
-                f"{fullname} is in your package {folder.resolve()}, but 'envs' is mbpo's own package ({ENVS_DIR}) in "
+                f"{fullname} is in your package {folder}, but 'envs' is mbpo's own package ({ENVS_DIR}) in "
                 "a process that imports mbpo, so yours cannot be imported under that name; rename your package "
                 f"(for example to my_envs) and import my_envs.{name}", name=fullname)
+
+
+def _holds(folder: Path, name: str) -> bool:
+    """Whether ``folder`` has a module or package ``name`` (a file with an import suffix, or a directory)."""
+    return (folder / name).is_dir() or any((folder / f"{name}{suffix}").is_file()
+                                           for suffix in importlib.machinery.all_suffixes())
 
 
 def install() -> None:

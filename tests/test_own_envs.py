@@ -67,3 +67,10 @@ def test_a_module_of_the_users_own_envs_package_is_refused_by_name_not_as_missin
         f"error: env.factory='envs.my_task:make_env' cannot be imported: {says[0]}{mbpos}{says[1]}")
     missing = run(tmp_path, "-c", "import mbpo, envs.nowhere")
     assert missing.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'envs.nowhere'"
+    other = tmp_path / "other"  # "" on sys.path is the working directory of each import, not of the first
+    (other / "envs").mkdir(parents=True)
+    (other / "envs" / "other_task.py").write_text("")
+    moved = run(tmp_path, "-c", "import os, sys, mbpo\nsys.path.insert(0, '')\ntry:\n    import envs.my_task\n"
+                                "except ModuleNotFoundError:\n    os.chdir('other')\n    import envs.other_task")
+    assert moved.stderr.strip().splitlines()[-1].startswith(
+        f"ModuleNotFoundError: envs.other_task is in your package {other.resolve() / 'envs'}, but"), moved.stderr
