@@ -37,6 +37,7 @@ stage() {
 finished() {
   local status=0
   wait "$1" || status=$?
+  trap - EXIT  # it has ended (and its pid may be another process's by now)
   cat "$2"
   rm -f "$2"
   return "$status"
@@ -59,12 +60,12 @@ main() {
   types_log="$(mktemp)"
   "$VENV/bin/mypy" >"$types_log" 2>&1 &
   types_pid=$!
-  trap 'kill "$types_pid" 2>/dev/null || true; rm -f "$types_log"' EXIT  # a stage below failed: mypy goes too
+  # a stage below failed (exit, or set -e, which unwinds main's locals first): mypy goes too
+  trap "kill $types_pid 2>/dev/null || true; rm -f '$types_log'" EXIT
   stage Imports "lint-imports (the architecture's import rules, [tool.importlinter] in pyproject.toml)" \
     "$VENV/bin/lint-imports" --no-cache
   "$VENV/bin/python" -m mbpo.smoke
   stage Types "mypy's result" finished "$types_pid" "$types_log"
-  trap - EXIT
   (( smoke_only )) && exit 0
   if (( ${#args[@]} )); then
     exec "$VENV/bin/python" -m pytest "${args[@]}"
