@@ -23,7 +23,7 @@ import mbpo.trainers
 from mbpo import cli, commands
 from mbpo.runtime.supervisor import StopOnSignals
 from mbpo.trainers.base import Trainer
-from tests.conftest import TRAINER_RUNS
+from tests.conftest import TRAINER_RUNS, WorkerForkServer
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
 
@@ -112,6 +112,7 @@ def test_ctrl_c_before_the_first_env_step_leaves_nothing(
 
 def test_a_collector_process_starts_with_sigint_blocked_and_then_ignores_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    WorkerForkServer.down()  # the mask of the server this run starts, not of one an earlier test of the worker did
     start: Callable[[Any], None] = multiprocessing.context.ForkServerProcess.start
     blocked_at_start: list[bool] = []
     children: dict[int, dict[str, int]] = {}
