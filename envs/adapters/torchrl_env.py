@@ -18,6 +18,8 @@ envs in ``SerialEnv``/``ParallelEnv`` when the true last observation matters.
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -47,7 +49,9 @@ class VecEnvTorchRL(EnvBase):
     of the episode the VecEnv already started on the finishing step, and ends the
     running episode of any other masked env with the VecEnv's partial
     ``reset(env_ids=...)``. A full reset (no tensordict or no mask) resets every
-    env, with the seed from ``set_seed`` if one is pending.
+    env, with the seed from ``set_seed`` if one is pending. A finished env whose
+    true last observation the VecEnv lost (``info["final_obs_valid"]`` False)
+    shows torchrl the placeholder, with a warning the first time.
     """
 
     def __init__(self, vec_env: VecEnv) -> None:
@@ -87,6 +91,7 @@ class VecEnvTorchRL(EnvBase):
         self._vec_obs: torch.Tensor | None = None  # what the VecEnv last returned
         # envs that finished on the last step and whose new episode torchrl has not reset into yet
         self._pending = torch.zeros(n, dtype=torch.bool, device=device)
+        self._warned_lost = False
 
     def _flags(self, terminated: torch.Tensor, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
         terminated, truncated = terminated.reshape(-1, 1), truncated.reshape(-1, 1)
@@ -118,8 +123,17 @@ class VecEnvTorchRL(EnvBase):
         action = action.long() + self._action_offset if self.vec_env.is_discrete else action.float()
         obs, reward, terminated, truncated, info = self.vec_env.step(action)
         self._vec_obs = obs  # new episode's first obs for finished envs, see _reset
-        self._obs = info["final_obs"]
-        self._pending = terminated | truncated
+        finished = terminated | truncated
+        # the contract fills final_obs for finished envs only; the others' next observation is obs itself
+        self._obs = torch.where(finished.unsqueeze(-1), info["final_obs"].to(obs.dtype), obs)
+        lost = info.get("final_obs_valid")
+        if lost is not None and not self._warned_lost and bool((finished & ~lost).any()):
+            self._warned_lost = True
+            warnings.warn(f"{type(self.vec_env).__name__} lost the true last observation of finished envs "
+                          "(info['final_obs_valid'] False): torchrl gets its placeholder as ('next', 'observation') "
+                          "on those steps, which a time-out's bootstrap reads; give the env its final observations "
+                          "(envs/base.py) if that matters", stacklevel=2)
+        self._pending = finished
         return TensorDict(
             {
                 "observation": self._obs,
@@ -267,12 +281,14 @@ class TorchRLVecEnv(VecEnv):
         done = self._flag(nxt, "done")
         terminated = self._flag(nxt, "terminated")
         truncated = self._flag(nxt, "truncated")
-        if terminated is None:  # only "done": a finish that is not a known truncation is terminal
-            terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-            if done is not None:
-                terminated = done if truncated is None else done & ~truncated
+        # torchrl's done is terminated | truncated: a missing flag is what done leaves over (only "done": a finish
+        # that is not a known truncation is terminal; "done" and "terminated": a done that is not terminal is a
+        # truncation, such as a time limit)
+        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        if terminated is None:
+            terminated = no if done is None else done if truncated is None else done & ~truncated
         if truncated is None:
-            truncated = torch.zeros_like(terminated)
+            truncated = no if done is None else done & ~terminated
         finished = terminated | truncated if done is None else done | terminated | truncated
         reward = nxt.get(self.env.reward_key).reshape(self.num_envs).to(self.device, torch.float32)
         steps = self.episode_steps

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, Composite, MultiOneHot, OneHot
-from torchrl.envs import GymEnv, SerialEnv
+from torchrl.data import Bounded, Categorical, Composite, MultiOneHot, OneHot, Unbounded
+from torchrl.envs import EnvBase, GymEnv, SerialEnv
 from torchrl.envs.utils import check_env_specs
 
 import envs
-from envs.base import ActionError, VecEnv
+from envs.base import ActionError, StepResult, VecEnv
 from mbpo.data.transitions import real_transitions
 
 pytestmark = pytest.mark.timeout(60)
@@ -68,6 +69,50 @@ def test_rollout_across_episode_boundary_reports_true_final_obs(env_id: str, ste
         done = term | trunc
         if done.any():  # the stashed first obs of the next episode comes back after the reset
             assert not torch.equal(info["final_obs"][done], obs[done])
+
+
+class _FinishedRowsOnly(VecEnv):
+    """A VecEnv that fills ``info["final_obs"]`` for finished envs only (zeros elsewhere, as the contract allows)
+    and, with ``lost``, reports those rows as placeholders (``final_obs_valid`` False, as rsl_rl envs without
+    final observations do). Observation: (episode step + 1, env index); every episode is 3 steps.
+    """
+
+    def __init__(self, lost: bool = False) -> None:
+        self.num_envs, self.device, self.lost = 3, torch.device("cpu"), lost
+        self.observation_space = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
+        self.action_space = gym.spaces.Box(-1, 1, (1,), dtype=np.float32)
+        self.episode_steps = torch.tensor([0, 1, 2])  # the envs finish on different steps
+        self.max_episode_steps = 3
+
+    def _observe(self) -> torch.Tensor:
+        return torch.stack([self.episode_steps.float() + 1, torch.arange(3.0)], -1)
+
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self._observe()
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.episode_steps = self.episode_steps + 1
+        truncated = self.episode_steps >= 3
+        final = torch.where(truncated[:, None], self._observe(), torch.zeros(3, 2))
+        self.episode_steps = torch.where(truncated, 0, self.episode_steps)
+        info = {"final_obs": final, **({"final_obs_valid": ~truncated} if self.lost else {})}
+        return self._observe(), torch.zeros(3), torch.zeros_like(truncated), truncated, info
+
+
+def test_to_torchrl_next_observation_of_a_running_env_is_its_obs_not_its_final_obs_row() -> None:
+    td = envs.to_torchrl(_FinishedRowsOnly()).rollout(4, break_when_any_done=False)
+    # (step + 1, env): every env's next observation counts up to its last, 4, and its next episode starts at 2
+    expected = torch.tensor([[2.0, 3.0, 4.0, 2.0], [3.0, 4.0, 2.0, 3.0], [4.0, 2.0, 3.0, 4.0]])
+    assert torch.equal(td["next", "observation"][..., 0], expected)
+    assert torch.equal(td["next", "truncated"][..., 0], expected == 4.0)
+    assert torch.equal(td["next", "observation"][..., 1], torch.arange(3.0)[:, None].expand(3, 4))
+
+
+def test_to_torchrl_warns_once_when_the_env_lost_a_final_observation() -> None:
+    env = envs.to_torchrl(_FinishedRowsOnly(lost=True))
+    with pytest.warns(UserWarning, match=r"lost the true last observation.*final_obs_valid") as caught:
+        env.rollout(4, break_when_any_done=False)
+    assert len([w for w in caught if "lost the true last" in str(w.message)]) == 1
 
 
 def test_partial_reset_of_a_running_env_starts_a_new_episode() -> None:
@@ -204,6 +249,63 @@ def test_from_torchrl_onehot_actions() -> None:
             env.step(torch.zeros(2, dtype=torch.int32))
     finally:
         env.close()
+
+
+class _Counter(EnvBase):
+    """Two envs counting steps (observation 100 + t), batched: env 0 reaches a time limit at t = 3, env 1 a terminal
+    state at t = 2. Only the done keys named in ``flags`` are reported (many hand-written torchrl envs have only
+    "done" and "terminated"), each as torchrl defines it (done = terminated | truncated).
+    """
+
+    def __init__(self, flags: tuple[str, ...]) -> None:
+        super().__init__(batch_size=torch.Size([2]))
+        self.flags = flags
+        self.observation_spec = Composite(observation=Unbounded((2, 1)), shape=(2,))
+        self.action_spec = Bounded(-1.0, 1.0, (2, 1))
+        self.reward_spec = Unbounded((2, 1))
+        self.done_spec = Composite({k: Categorical(2, (2, 1), dtype=torch.bool) for k in flags}, shape=(2,))
+        self.t = torch.zeros(2, 1)
+
+    def _flags(self, terminated: torch.Tensor, truncated: torch.Tensor) -> dict[str, torch.Tensor]:
+        every = {"done": terminated | truncated, "terminated": terminated, "truncated": truncated}
+        return {k: every[k] for k in self.flags}
+
+    def _reset(self, tensordict: TensorDict | None = None, **kwargs: object) -> TensorDict:
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        self.t = torch.zeros_like(self.t) if mask is None else torch.where(mask, 0.0, self.t)
+        no = torch.zeros(2, 1, dtype=torch.bool)
+        return TensorDict({"observation": self.t + 100, **self._flags(no, no)}, self.batch_size)
+
+    def _step(self, tensordict: TensorDict) -> TensorDict:
+        self.t = self.t + 1
+        terminated = (self.t >= 2) & torch.tensor([[False], [True]])
+        truncated = (self.t >= 3) & ~terminated
+        return TensorDict({"observation": self.t + 100, "reward": torch.ones_like(self.t),
+                           **self._flags(terminated, truncated)}, self.batch_size)
+
+    def _set_seed(self, seed: int | None) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("flags", "time_limit_is"), [
+    (("done", "terminated"), "truncated"),  # the time limit is the done that is not terminal
+    (("done", "terminated", "truncated"), "truncated"),
+    (("done",), "terminated"),  # nothing tells a time limit apart: a finish is terminal
+])
+def test_from_torchrl_reads_a_missing_done_flag_from_the_others(flags: tuple[str, ...], time_limit_is: str) -> None:
+    env = envs.from_torchrl(_Counter(flags))
+    obs = env.reset()
+    ends: dict[int, tuple[bool, bool, float]] = {}
+    for _ in range(3):
+        next_obs, reward, term, trunc, info = env.step(torch.zeros(2, 1))
+        row = real_transitions(obs, torch.zeros(2, 1), reward, next_obs, term, trunc, info)
+        for i in range(2):
+            if bool(term[i] | trunc[i]) and i not in ends:
+                ends[i] = (bool(term[i]), bool(trunc[i]), float(row["next_obs"][i, 0]))
+        obs = next_obs
+    # env 1's terminal state at t = 2 and env 0's time limit at t = 3, each with its true last observation
+    assert ends[1] == (True, False, 102.0)
+    assert ends[0] == (time_limit_is == "terminated", time_limit_is == "truncated", 103.0)
 
 
 def test_from_torchrl_close_is_idempotent_on_unstarted_env() -> None:
