@@ -37,6 +37,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.device import same_device
+
 __all__ = ["VecEnv", "StepResult", "ActionError", "MissingExtraError", "EnvTooLargeError", "UnknownEnvError",
            "UnsupportedSpaceError", "RenderError", "check_actions", "check_num_envs", "random_actions",
            "resolve_env_ids", "available_memory"]
@@ -200,7 +202,7 @@ def check_actions(
         raise ActionError(
             f"actions must be a torch.Tensor on {device}, got {type(actions).__name__}"
         )
-    if actions.device != device:
+    if not same_device(actions.device, device):
         raise ActionError(
             f"actions are on {actions.device} but the env is on {device}; "
             f"move them with actions.to('{device}')"

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from envs.base import StepResult, VecEnv, random_actions
+from envs.device import same_device
 
 __all__ = ["ContractError", "Probe", "probe", "check_interface", "check_first_reset", "check_reset", "check_step",
            "seed_ignored", "as_float32", "Float32Env", "FLOAT32_FIELDS"]
@@ -243,7 +244,7 @@ def _check(call: str, key: str, value: Any, dtype: torch.dtype, shape: tuple[int
                             "return torch.as_tensor(..., device=env.device)")
     if tuple(value.shape) != shape:
         raise ContractError(call, name, f"of shape {tuple(value.shape)}", want, _shape_fix(key, value, shape, env))
-    if not _same_device(value.device, device):
+    if not same_device(value.device, device):
         raise ContractError(call, name, f"on {value.device}", want,
                             f"return it on env.device (.to('{device}')), or set env.device to where it computes")
     if value.dtype == dtype:
@@ -272,11 +273,6 @@ def _dtype_fix(key: str, dtype: torch.dtype) -> str:
     if key in ("obs", "final_obs"):
         return "return obs.float(); a discrete observation (an index) learns better one-hot encoded"
     return f"return {field_name(key)}.float()"
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """``cuda`` and ``cuda:0`` name one device where one of them has no index."""
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _cast_obs(obs: torch.Tensor, casts: Collection[str]) -> torch.Tensor:

@@ -12,7 +12,7 @@ import hashlib
 
 import torch
 
-__all__ = ["resolve_device", "DeviceUnavailableError", "restore_generator"]
+__all__ = ["resolve_device", "DeviceUnavailableError", "restore_generator", "same_device", "as_tensor_device"]
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -62,6 +62,23 @@ def resolve_device(device: str | torch.device) -> torch.device:
             f"(cuda:0..cuda:{count - 1}); pick one of those or set CUDA_VISIBLE_DEVICES"
         )
     return torch.device("cuda", index)
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` (``cpu`` and ``cpu:0``) name one device where one of them has no index."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def as_tensor_device(device: str | torch.device) -> torch.device:
+    """``device`` as its tensors report it: ``cpu`` for ``cpu:0``, ``cuda:N`` (the current one) for ``cuda``, so
+    that an env's device, spelled either way, compares ``==`` with its tensors' ``.device``.
+    """
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return dev
 
 
 def restore_generator(generator: torch.Generator, state: torch.Tensor) -> bool:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from envs.base import RenderError, StepResult, VecEnv, check_actions, resolve_env_ids
+from envs.device import as_tensor_device
 
 __all__ = ["RslRlVecEnv", "from_rsl_rl", "is_rsl_rl_env", "policy_group", "POLICY_GROUPS"]
 
@@ -124,7 +125,7 @@ class RslRlVecEnv(VecEnv):
         self.env, self.obs_group = env, policy_group(raw) if obs_group is None else obs_group
         self.spec_id: str | None = None  # the registered id, when envs.make built it
         self.num_envs = int(num_envs)
-        self.device = torch.device(env.device)
+        self.device = as_tensor_device(env.device)  # 'cpu:0' or 'cuda' as the env's tensors report it
         self.validate_actions = validate_actions
         obs = self._obs(raw, "get_observations()")
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(obs.shape[1],), dtype=np.float32)

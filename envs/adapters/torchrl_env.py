@@ -38,6 +38,7 @@ from torchrl.data import (
 from torchrl.envs import EnvBase
 
 from envs.base import StepResult, VecEnv, check_actions, resolve_env_ids
+from envs.device import as_tensor_device
 
 __all__ = ["VecEnvTorchRL", "TorchRLVecEnv", "to_torchrl", "from_torchrl"]
 
@@ -208,7 +209,7 @@ class TorchRLVecEnv(VecEnv):
             )
         self.env, self.obs_key = env, obs_key
         self.num_envs = int(env.batch_size[0])
-        self.device = torch.device("cpu") if env.device is None else torch.device(env.device)
+        self.device = torch.device("cpu") if env.device is None else as_tensor_device(env.device)
         self._action_spec = env.action_spec
         obs_spec = env.observation_spec[obs_key]
         obs_space = _space(obs_spec, "observation")

@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 import torch
+from gymnasium.spaces import Box
+from torchrl.envs import GymEnv
 
 import envs
+from envs.base import ActionError, check_actions
 from envs.contract import ContractError, Float32Env, as_float32, probe, seed_ignored
-from tests.envs.factories import BreaksContract, breaks_contract
+from tests.envs.factories import BreaksContract, Groups, breaks_contract
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(60)]
 F = "tests.envs.factories"
@@ -173,3 +176,31 @@ def test_a_numpy_num_envs_is_told_to_be_a_python_int() -> None:
     with pytest.raises(ContractError, match=r"env.num_envs = np.int64\(2\); expected a positive Python int: .*: set "
                                             r"env.num_envs = int\(\.\.\.\) in the env's __init__"):
         probe(env, 0)
+
+
+@pytest.mark.parametrize("adapter", ["rsl_rl", "torchrl"])
+def test_an_adapted_env_on_cpu_0_takes_the_actions_its_own_device_makes(adapter: str) -> None:
+    """'cpu:0' is the CPU: the adapters report the device as their tensors do, and the actions a caller moves to
+    ``env.device`` are taken (they were refused: 'actions are on cpu but the env is on cpu:0').
+    """
+    if adapter == "rsl_rl":
+        raw = Groups(2, ("policy",))
+        raw.device = "cpu:0"
+        env = envs.from_rsl_rl(raw)
+    else:
+        env = envs.from_torchrl(GymEnv("Pendulum-v1", num_envs=2, device="cpu:0"))
+    try:
+        assert env.device == torch.device("cpu")
+        assert probe(env, seed=0).obs.device == env.device
+        env.reset(seed=0)
+        obs, *_ = env.step(torch.zeros(2, env.act_dim).to(env.device))
+        assert obs.shape[0] == 2
+    finally:
+        env.close()
+
+
+def test_check_actions_takes_one_device_in_either_spelling() -> None:
+    box = Box(-1.0, 1.0, (1,))
+    check_actions(torch.zeros(2, 1), box, 2, torch.device("cpu:0"))  # a VecEnv of the user's own on 'cpu:0'
+    with pytest.raises(ActionError, match="actions are on cpu but the env is on meta"):
+        check_actions(torch.zeros(2, 1), box, 2, torch.device("meta"))
