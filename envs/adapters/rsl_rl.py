@@ -236,7 +236,9 @@ class RslRlVecEnv(VecEnv):
             final_obs, valid = obs.clone(), ~done
         else:  # rows of unfinished envs may be stale: ours always equal obs there
             final_obs = torch.where(done.unsqueeze(-1), self._obs(provided, 'extras["final_obs"]'), obs)
-            valid = torch.ones_like(done)
+            lost = extras.get("final_obs_valid")  # envs.to_rsl_rl's, where its env lost some
+            valid = torch.ones_like(done) if lost is None else ~done | self._per_env(
+                lost, 'extras["final_obs_valid"]').to(torch.bool)
         self.episode_steps = torch.where(done, torch.zeros_like(self.episode_steps), self.episode_steps + 1)
         self._last_obs = obs
         return obs, reward, terminated, truncated, {"final_obs": final_obs, "final_obs_valid": valid}

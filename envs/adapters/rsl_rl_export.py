@@ -7,9 +7,11 @@ extras)`` with ``extras["time_outs"]`` marking the dones that are time limits.
 Our envs already reset on the same step, as rsl_rl expects. The observation
 is offered as the ``policy`` group (rsl_rl's default), and the true last
 observation of a finished episode as ``extras["final_obs"]`` (Isaac Lab's
-``compute_final_obs`` convention), so :func:`envs.from_rsl_rl` brings it back
-unchanged. rsl_rl policies act unbounded: actions are clipped to the env's
-bounds, as Isaac Lab's ``clip_actions`` does.
+``compute_final_obs`` convention; ``extras["final_obs_valid"]`` where the env
+lost some), so :func:`envs.from_rsl_rl` brings it back unchanged. A step that
+is both terminal and at the time limit is terminal, not a time-out (rsl_rl
+bootstraps its time-outs). rsl_rl policies act unbounded: actions are clipped
+to the env's bounds, as Isaac Lab's ``clip_actions`` does.
 """
 
 from __future__ import annotations
@@ -70,8 +72,13 @@ class RslRlExport:
         actions = torch.clamp(actions.to(self.device, torch.float32), self._low, self._high)
         obs, reward, terminated, truncated, info = self.vec_env.step(actions)
         self._obs = obs
-        extras: dict[str, Any] = {"time_outs": truncated, "final_obs": self._group(info["final_obs"]), "log": {}}
-        return self._group(obs), reward, terminated | truncated, extras
+        done = terminated | truncated
+        final_obs = torch.where(done.unsqueeze(-1), info["final_obs"].to(obs.dtype), obs)  # finished rows only
+        # rsl_rl bootstraps every time-out: a step that is terminal and at the time limit is terminal
+        extras: dict[str, Any] = {"time_outs": truncated & ~terminated, "final_obs": self._group(final_obs), "log": {}}
+        if "final_obs_valid" in info:  # the env lost some: from_rsl_rl keeps them out of the targets
+            extras["final_obs_valid"] = info["final_obs_valid"]
+        return self._group(obs), reward, done, extras
 
     def reset(self) -> tuple[TensorDict, dict[str, Any]]:
         """Not in rsl_rl's contract, but Isaac Lab and mjlab envs have it (``envs.from_rsl_rl`` calls it)."""

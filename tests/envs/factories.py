@@ -11,6 +11,7 @@ from rsl_rl.env import VecEnv as RslRlVecEnvBase
 from tensordict import TensorDict
 
 import envs
+from envs.base import StepResult
 
 calls: list[dict[str, Any]] = []
 """The keyword arguments of every call in this process, newest last."""
@@ -180,3 +181,31 @@ def reports_where_it_runs(num_envs: int, device: str, seed: int) -> envs.VecEnv:
 
     print(f"[probe] pid {os.getpid()} MBPO_PROBE={os.environ.get('MBPO_PROBE')}", file=sys.stderr, flush=True)
     return ours(num_envs, device, seed)
+
+
+class FinishedRowsOnly(envs.VecEnv):
+    """A VecEnv that fills ``info["final_obs"]`` for finished envs only (zeros elsewhere, as the contract allows)
+    and, with ``lost``, reports those rows as placeholders (``final_obs_valid`` False, as rsl_rl envs without
+    final observations do). Observation: (episode step + 1, env index); every episode is 3 steps.
+    """
+
+    def __init__(self, lost: bool = False) -> None:
+        self.num_envs, self.device, self.lost = 3, torch.device("cpu"), lost
+        self.observation_space = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
+        self.action_space = gym.spaces.Box(-1, 1, (1,), dtype=np.float32)
+        self.episode_steps = torch.tensor([0, 1, 2])  # the envs finish on different steps
+        self.max_episode_steps = 3
+
+    def _observe(self) -> torch.Tensor:
+        return torch.stack([self.episode_steps.float() + 1, torch.arange(3.0)], -1)
+
+    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self._observe()
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.episode_steps = self.episode_steps + 1
+        truncated = self.episode_steps >= 3
+        final = torch.where(truncated[:, None], self._observe(), torch.zeros(3, 2))
+        self.episode_steps = torch.where(truncated, 0, self.episode_steps)
+        info = {"final_obs": final, **({"final_obs_valid": ~truncated} if self.lost else {})}
+        return self._observe(), torch.zeros(3), torch.zeros_like(truncated), truncated, info

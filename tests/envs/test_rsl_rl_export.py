@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import envs
+from tests.envs.factories import FinishedRowsOnly
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,6 +34,42 @@ def test_round_trip_steps_identically(env_id: str) -> None:
         assert torch.equal(back.episode_steps, direct.episode_steps)
         finished += int(done.sum())
     assert finished >= 8
+
+
+def _to_the_goal_on_the_last_step(env: envs.VecEnv) -> envs.VecEnv:
+    """MountainCarContinuous's env 0 one push from the goal (x >= 0.45) on the last step of its time limit."""
+    env.load_state_dict({**env.state_dict(), "state": torch.tensor([[0.44, 0.05], [-0.5, 0.0]]),
+                         "episode_steps": torch.tensor([env.max_episode_steps - 1, 10])})
+    return env
+
+
+def test_a_terminal_step_at_the_time_limit_is_terminal_not_a_time_out() -> None:
+    push = torch.tensor([[1.0], [0.0]])
+    native = _to_the_goal_on_the_last_step(envs.make("MountainCarContinuous-v0", 2, device="cpu", seed=0))
+    _, _, terminated, truncated, _ = native.step(push)
+    assert terminated.tolist() == [True, False] and truncated.tolist() == [True, False]  # both, natively
+    inner = envs.make("MountainCarContinuous-v0", 2, device="cpu", seed=0)
+    exported = envs.to_rsl_rl(inner)
+    _to_the_goal_on_the_last_step(inner)  # after the export's reset
+    _, _, dones, extras = exported.step(push)
+    assert dones.tolist() == [True, False] and extras["time_outs"].tolist() == [False, False]  # none bootstrapped
+    back = envs.from_rsl_rl(exported)
+    back.reset()
+    _to_the_goal_on_the_last_step(inner)
+    _, _, terminated, truncated, info = back.step(push)
+    assert terminated.tolist() == [True, False] and truncated.tolist() == [False, False]
+    assert bool(info["final_obs_valid"].all())
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_the_export_hands_over_only_the_final_observations_the_env_has(lost: bool) -> None:
+    """Rows of envs that did not finish are obs itself; rows the env lost come back as lost (final_obs_valid)."""
+    back = envs.from_rsl_rl(envs.to_rsl_rl(FinishedRowsOnly(lost=lost)))
+    back.reset()
+    for _ in range(3):
+        obs, _, _, truncated, info = back.step(torch.zeros(3, 1))
+        assert torch.equal(info["final_obs"][~truncated], obs[~truncated])
+        assert torch.equal(info["final_obs_valid"], ~truncated if lost else torch.ones(3, dtype=torch.bool))
 
 
 def test_rsl_rl_contract_attributes_and_action_clipping() -> None:

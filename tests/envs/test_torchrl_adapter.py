@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -14,8 +13,9 @@ from torchrl.envs import EnvBase, GymEnv, SerialEnv
 from torchrl.envs.utils import check_env_specs
 
 import envs
-from envs.base import ActionError, StepResult, VecEnv
+from envs.base import ActionError, VecEnv
 from mbpo.data.transitions import real_transitions
+from tests.envs.factories import FinishedRowsOnly
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,36 +71,8 @@ def test_rollout_across_episode_boundary_reports_true_final_obs(env_id: str, ste
             assert not torch.equal(info["final_obs"][done], obs[done])
 
 
-class _FinishedRowsOnly(VecEnv):
-    """A VecEnv that fills ``info["final_obs"]`` for finished envs only (zeros elsewhere, as the contract allows)
-    and, with ``lost``, reports those rows as placeholders (``final_obs_valid`` False, as rsl_rl envs without
-    final observations do). Observation: (episode step + 1, env index); every episode is 3 steps.
-    """
-
-    def __init__(self, lost: bool = False) -> None:
-        self.num_envs, self.device, self.lost = 3, torch.device("cpu"), lost
-        self.observation_space = gym.spaces.Box(-10, 10, (2,), dtype=np.float32)
-        self.action_space = gym.spaces.Box(-1, 1, (1,), dtype=np.float32)
-        self.episode_steps = torch.tensor([0, 1, 2])  # the envs finish on different steps
-        self.max_episode_steps = 3
-
-    def _observe(self) -> torch.Tensor:
-        return torch.stack([self.episode_steps.float() + 1, torch.arange(3.0)], -1)
-
-    def reset(self, seed: int | None = None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self._observe()
-
-    def step(self, actions: torch.Tensor) -> StepResult:
-        self.episode_steps = self.episode_steps + 1
-        truncated = self.episode_steps >= 3
-        final = torch.where(truncated[:, None], self._observe(), torch.zeros(3, 2))
-        self.episode_steps = torch.where(truncated, 0, self.episode_steps)
-        info = {"final_obs": final, **({"final_obs_valid": ~truncated} if self.lost else {})}
-        return self._observe(), torch.zeros(3), torch.zeros_like(truncated), truncated, info
-
-
 def test_to_torchrl_next_observation_of_a_running_env_is_its_obs_not_its_final_obs_row() -> None:
-    td = envs.to_torchrl(_FinishedRowsOnly()).rollout(4, break_when_any_done=False)
+    td = envs.to_torchrl(FinishedRowsOnly()).rollout(4, break_when_any_done=False)
     # (step + 1, env): every env's next observation counts up to its last, 4, and its next episode starts at 2
     expected = torch.tensor([[2.0, 3.0, 4.0, 2.0], [3.0, 4.0, 2.0, 3.0], [4.0, 2.0, 3.0, 4.0]])
     assert torch.equal(td["next", "observation"][..., 0], expected)
@@ -109,7 +81,7 @@ def test_to_torchrl_next_observation_of_a_running_env_is_its_obs_not_its_final_o
 
 
 def test_to_torchrl_warns_once_when_the_env_lost_a_final_observation() -> None:
-    env = envs.to_torchrl(_FinishedRowsOnly(lost=True))
+    env = envs.to_torchrl(FinishedRowsOnly(lost=True))
     with pytest.warns(UserWarning, match=r"lost the true last observation.*final_obs_valid") as caught:
         env.rollout(4, break_when_any_done=False)
     assert len([w for w in caught if "lost the true last" in str(w.message)]) == 1
