@@ -170,9 +170,11 @@ def random_actions(env: VecEnv, generator: torch.Generator) -> torch.Tensor:
         actions = torch.randint(start, start + env.act_dim, (n,), generator=generator)
     else:
         box = cast(gym.spaces.Box, space)  # the contract: Box unless Discrete
-        low = torch.as_tensor(box.low, dtype=torch.float32)
-        high = torch.as_tensor(box.high, dtype=torch.float32)
-        actions = low + (high - low) * torch.rand(n, env.act_dim, generator=generator)
+        # float64 arithmetic: bounds near float32's limits are finite, their width in float32 is not
+        low = torch.as_tensor(box.low, dtype=torch.float64)
+        high = torch.as_tensor(box.high, dtype=torch.float64)
+        draws = torch.rand(n, env.act_dim, generator=generator)
+        actions = (low + (high - low) * draws.double()).clamp(low, high).float()
     return actions.to(env.device)
 
 

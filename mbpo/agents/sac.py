@@ -94,10 +94,13 @@ class SAC:
             raise AgentSpaceError(
                 f"SAC needs a flat Box action space, got {action_space}; use agent.name=dqn for Discrete actions"
             )
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        with np.errstate(over="ignore"):  # bounds near float32's limits: their width is not finite in float32
+            width = np.asarray(action_space.high, np.float32) - np.asarray(action_space.low, np.float32)
+        if not np.all(np.isfinite(width)):
             raise AgentSpaceError(
-                f"SAC squashes actions into the Box bounds, which must be finite; got low={action_space.low}, "
-                f"high={action_space.high} (wrap the env to rescale actions to finite bounds)"
+                f"SAC squashes actions into the Box bounds, which must be finite and at most float32's largest "
+                f"value apart; got low={action_space.low}, high={action_space.high} (wrap the env to rescale actions "
+                f"to finite bounds)"
             )
         if not np.issubdtype(action_space.dtype, np.floating):
             raise AgentSpaceError(

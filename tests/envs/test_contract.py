@@ -204,3 +204,14 @@ def test_check_actions_takes_one_device_in_either_spelling() -> None:
     check_actions(torch.zeros(2, 1), box, 2, torch.device("cpu:0"))  # a VecEnv of the user's own on 'cpu:0'
     with pytest.raises(ActionError, match="actions are on cpu but the env is on meta"):
         check_actions(torch.zeros(2, 1), box, 2, torch.device("meta"))
+
+
+def test_random_actions_within_bounds_near_float32s_limits_are_finite() -> None:
+    """Their width overflows float32: the probe's and the warm-up's random actions were inf, and the env refused
+    them as 'the policy produced NaN or inf'.
+    """
+    env = BreaksContract(3, "cpu", 0, "huge_actions")
+    actions = envs.random_actions(env, torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(actions).all()) and actions.dtype == torch.float32
+    assert actions.max() > 1e38 and actions.min() < -1e38  # spread over the bounds
+    probe(env, seed=0)

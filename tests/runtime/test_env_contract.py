@@ -102,8 +102,11 @@ def test_a_field_that_breaks_the_contract_is_one_line_and_exit_2_before_any_coll
 
 
 SQUASH_ERRORS = {
-    "unbounded_actions": "SAC squashes actions into the Box bounds, which must be finite; got low=[-inf], high=[inf] "
-                         "(wrap the env to rescale actions to finite bounds)",
+    "unbounded_actions": "SAC squashes actions into the Box bounds, which must be finite and at most float32's largest "
+                         "value apart; got low=[-inf], high=[inf] (wrap the env to rescale actions to finite bounds)",
+    "huge_actions": "SAC squashes actions into the Box bounds, which must be finite and at most float32's largest "
+                    "value apart; got low=[-3.4028235e+38], high=[3.4028235e+38] (wrap the env to rescale actions to "
+                    "finite bounds)",
     "integer_actions": "SAC acts in a continuous Box, got one of int64 (Box(-2, 2, (1,), int64)), in which the env "
                        "would round every action it is given while the learner trains on the unrounded one; use "
                        "a float Box, or a Discrete action space with agent.name=dqn"}
