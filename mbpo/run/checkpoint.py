@@ -64,13 +64,20 @@ class CorruptCheckpointError(CheckpointError):
 
 
 def list_checkpoints(directory: str | Path, suffix: str = SUFFIX) -> list[Path]:
-    """Checkpoints in ``directory``, oldest first (names carry zero-padded env steps); with ``suffix``
-    ``SUFFIX + CORRUPT_SUFFIX``, those found unreadable and set aside.
+    """The checkpoints mbpo wrote in ``directory`` (``ckpt_<env steps, 12 digits or more>.pt``), oldest first;
+    with ``suffix`` ``SUFFIX + CORRUPT_SUFFIX``, those found unreadable and set aside. Any other file, such as a
+    user's ``ckpt_best.pt`` or a copy, is neither resumed from nor counted toward (and pruned by)
+    ``checkpoint.keep``.
     """
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.name.startswith(PREFIX) and p.name.endswith(suffix))
+    found = []
+    for path in directory.iterdir():
+        steps = checkpoint_steps(path.name[: -len(suffix)] + SUFFIX) if path.name.endswith(suffix) else None
+        if steps is not None and path.name == f"{PREFIX}{steps:012d}{suffix}":
+            found.append((steps, path))
+    return [path for _, path in sorted(found)]
 
 
 def corrupt_checkpoints(directory: str | Path) -> list[Path]:

@@ -235,11 +235,18 @@ def safe_name(text: str) -> str:
 def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
     """Remove ``run_dir`` if no run ever started in it: no checkpoint and no metrics row (what a failed start
     leaves: the lock, maybe the config and run.json), or, when the caller knows the run ``took_no_step``
-    (stopped before its first env step), no checkpoint whatever its rows say. Returns whether it did.
+    (stopped before its first env step), no checkpoint whatever its rows say; never one that holds a file no run
+    writes. Returns whether it did.
     """
     metrics = run_dir / "metrics.csv"
     rows = 0 if took_no_step or not metrics.is_file() else metrics.read_text().count("\n")
     if not run_dir.is_dir() or list_checkpoints(run_dir / "checkpoints") or rows > 1:  # header + a row
+        return False
+    checkpoints = run_dir / "checkpoints"
+    theirs = [p for p in run_dir.iterdir() if p.name not in (*RUN_FILES, LOCK_FILE)]
+    if checkpoints.is_dir():  # a file a user put there, a ckpt_best.pt say (a save's temporary is hidden)
+        theirs += [p for p in checkpoints.iterdir() if not p.name.startswith(".")]
+    if theirs:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return not run_dir.exists()

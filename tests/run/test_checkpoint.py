@@ -48,6 +48,31 @@ def test_keeps_the_newest_k(tmp_path: Path) -> None:
     assert loaded == state(400) and path.name.endswith("400.pt")
 
 
+@pytest.mark.parametrize("keep", [1, 2])
+def test_files_of_the_users_beside_the_checkpoints_are_never_pruned_nor_resumed_from(tmp_path: Path, keep: int) -> None:
+    """A best model or a backup kept in checkpoints/ was counted toward checkpoint.keep: pruned, and a
+    ckpt_best.pt, sorting after every real name, made each save delete the checkpoint it had just written.
+    """
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=keep)
+    theirs = ["ckpt_best.pt", "ckpt_000000000100_backup.pt", "ckpt_000000000100 (copy).pt", "ckpt_100.pt"]
+    for name in theirs:
+        (tmp_path / name).write_bytes((tmp_path / "ckpt_000000000100.pt").read_bytes())
+    for step in (200, 300):
+        ckpt.save_checkpoint(tmp_path, step, state(step), keep=keep)
+    ours = ["ckpt_000000000200.pt", "ckpt_000000000300.pt"][-keep:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*theirs, *ours])
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ours
+    path, loaded = ckpt.load_latest(tmp_path)
+    assert path.name == "ckpt_000000000300.pt" and loaded == state(300)
+
+
+def test_checkpoints_are_ordered_by_their_env_steps_past_twelve_digits(tmp_path: Path) -> None:
+    for step in (999_999_999_999, 1_000_000_000_000):
+        ckpt.save_checkpoint(tmp_path, step, state(step), keep=2)
+    path, loaded = ckpt.load_latest(tmp_path)
+    assert loaded == state(1_000_000_000_000)
+
+
 def test_crash_mid_write_leaves_the_previous_checkpoint_loadable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

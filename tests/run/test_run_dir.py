@@ -19,7 +19,7 @@ from mbpo import cli
 from mbpo.config import load_config
 from mbpo.run.checkpoint import list_checkpoints, load_checkpoint
 from mbpo.run.metrics import read_metrics
-from mbpo.run.run_dir import RunIdentity, RunLock, config_hash
+from mbpo.run.run_dir import RunIdentity, RunLock, config_hash, remove_if_never_started
 from tests.conftest import only_learner
 
 pytestmark = pytest.mark.timeout(120)
@@ -475,3 +475,19 @@ def test_an_older_checkpoint_resumes_only_with_trust_checkpoint(
     assert "without a run identity" in capsys.readouterr().err
     assert RunIdentity.read(run) is not None  # recorded from now on
     assert cli.main(["resume", str(run), "total_env_steps=450"]) == 0  # new checkpoints need no trust
+
+
+@pytest.mark.parametrize("where", [".", "checkpoints"])
+def test_a_run_dir_that_holds_a_users_file_is_never_removed_as_never_started(tmp_path: Path, where: str) -> None:
+    """What a failed start leaves is removed; a file no run writes (a best model kept beside the checkpoints,
+    notes) keeps the whole dir.
+    """
+    run_dir = tmp_path / "r"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for name in ("config.yaml", "run.json", ".lock"):
+        (run_dir / name).write_text("")
+    (run_dir / where / "ckpt_best.pt").write_text("the user's")
+    assert not remove_if_never_started(run_dir, took_no_step=True)
+    assert (run_dir / where / "ckpt_best.pt").read_text() == "the user's"
+    (run_dir / where / "ckpt_best.pt").unlink()
+    assert remove_if_never_started(run_dir, took_no_step=True) and not run_dir.exists()
