@@ -223,8 +223,9 @@ def load_latest(
 
 
 def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointError:
-    """Unsafe (the pickle names code to run), corrupt (not a readable torch.save file), or, loaded with full
-    unpickling (``trust``), an intact archive whose pickle fails (code it names that no longer imports).
+    """Unsafe (the pickle names code to run), corrupt (not a readable torch.save file), or an intact archive that
+    failed to load for a reason outside the file (out of memory; with ``trust``, code it names that no longer
+    imports): only a corrupt one is set aside for an older checkpoint.
     """
     try:
         unsafe = [] if trust else torch.serialization.get_unsafe_globals_in_checkpoint(path)
@@ -241,9 +242,11 @@ def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointErro
         return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
                                       f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if trust and _intact_archive(path):
-        return CheckpointError(f"checkpoint {path} did not load even with full unpickling ({type(exc).__name__}: "
-                               f"{first_line}); the file is intact, so it was left as it is")
+    if _intact_archive(path):  # out of memory, say, or code a trusted pickle names that no longer imports
+        how = " even with full unpickling" if trust else ""
+        return CheckpointError(f"checkpoint {path} did not load{how} ({type(exc).__name__}: {first_line}); the file "
+                               "is intact, so it was left as it is and no older checkpoint was tried: fix the cause "
+                               "and load it again")
     return CorruptCheckpointError(f"checkpoint {path} is unreadable, corrupt or cut short ({first_line})")
 
 

@@ -177,6 +177,26 @@ def test_a_cut_short_newest_is_set_aside_with_trust_too_and_an_intact_one_that_f
     assert (tmp_path / "ckpt_000000000300.pt").exists()
 
 
+def test_an_intact_newest_that_does_not_fit_in_memory_is_kept_and_no_older_one_is_resumed_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was renamed *.corrupt and the run went on from the checkpoint before it (its later metrics rows lost)."""
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    ckpt.save_checkpoint(tmp_path, 200, state(200), keep=3)
+    load = torch.load
+
+    def out_of_memory(path: Path, *args: object, **kwargs: object) -> object:
+        if Path(path).name == "ckpt_000000000200.pt":
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 200000000 bytes")
+        return load(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", out_of_memory)
+    with pytest.raises(ckpt.CheckpointError, match=r"ckpt_000000000200.pt did not load \(RuntimeError: "
+                       r"DefaultCPUAllocator: can't allocate memory.*the file is intact") as caught:
+        ckpt.load_latest(tmp_path)
+    assert not isinstance(caught.value, ckpt.CorruptCheckpointError)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt", "ckpt_000000000200.pt"]
+
+
 def test_a_torch_file_that_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
     torch.save({"weights": torch.zeros(2)}, tmp_path / "w.pt")
     with pytest.raises(ckpt.CheckpointError, match="not an mbpo checkpoint"):
