@@ -213,15 +213,20 @@ class AsyncTrainer(Trainer):
                         self._finished = True
                 finally:
                     failing = sys.exc_info()[0] is not None
+                    shut_down = False
                     try:
                         self._shutdown()
+                        shut_down = True
                     except Exception as exc:  # noqa: BLE001 - never hide the error that ended the run
                         if not failing:
                             raise
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
-                        final_checkpoint(self.env_steps, self.save, announce=signals.signum is not None or failing)
-                row = self._log(logger, evaluated=evaluated, final=True)
+                        try:  # the final row before the final checkpoint, as the SyncTrainer: a kill between
+                            if shut_down and not failing:  # them leaves a row its resume writes again, never a
+                                row = self._log(logger, evaluated=evaluated, final=True)  # checkpoint without it
+                        finally:
+                            final_checkpoint(self.env_steps, self.save, announce=signals.signum is not None or failing)
                 self._progress()  # the bar ends at the env steps really taken
             if signals.signum is not None:
                 self.exit_code = 128 + signals.signum

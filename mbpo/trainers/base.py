@@ -338,9 +338,9 @@ class Trainer:
         return self.seed("eval", self.env_steps)
 
     def _forget_logged_metrics(self, logger: MetricsLogger) -> None:
-        """A resumed run whose metrics.csv holds a row at the checkpoint's env step: that row logged the update
-        metrics the checkpoint holds (the async trainer's final checkpoint is written before its last row), so
-        the first row after the resume starts their means afresh instead of counting those updates twice.
+        """A resumed run whose metrics.csv holds a row at the checkpoint's env step: that row may have logged the
+        update metrics the checkpoint holds (a checkpoint written before its row: a run's final one by an older
+        mbpo), so the first row after the resume starts their means afresh instead of counting updates twice.
         """
         rows = getattr(logger, "rows", None)  # a caller's own logger may keep none
         if self.env_steps and rows and int(rows[-1]["env_steps"]) == self.env_steps:

@@ -1,6 +1,5 @@
-"""The first metrics row after a resume averages only the updates made since the resume, on every trainer and
-backend: a checkpoint written before its env step's row (the async trainer's final one) holds the update metrics
-that row already logged.
+"""A run's rows and checkpoints agree across a resume, on every trainer: the first metrics row after a resume
+averages only the updates made since it, and the final row is written before the final checkpoint.
 """
 
 from __future__ import annotations
@@ -62,3 +61,35 @@ def test_a_trainer_built_from_python_never_overwrites_a_run_in_its_dir(tmp_path:
                                         r"resume"):
         second.run()
     assert (run / "run.json").read_text() == identity
+
+
+@pytest.mark.parametrize("trainer", ["sync", "async"])
+def test_the_final_row_is_written_before_the_final_checkpoint(
+        tmp_path: Path, trainer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between them then leaves a row that the resume from the checkpoint before writes again; the other
+    way round (the async trainer's order) it left a final checkpoint whose row, the run's last evaluation, no
+    resume ever wrote.
+    """
+    from mbpo.config import load_config
+    from mbpo.run.metrics import MetricsLogger
+    from mbpo.trainers import trainer_class
+    from mbpo.trainers.base import Trainer
+
+    events: list[tuple[str, int]] = []
+    log, save = MetricsLogger.log, Trainer.save
+
+    def logged(self: MetricsLogger, row: dict) -> None:
+        events.append(("row", int(row["env_steps"])))
+        log(self, row)
+
+    def saved(self: Trainer, state: dict | None = None) -> Path:
+        events.append(("checkpoint", self.env_steps))
+        return save(self, state)
+
+    monkeypatch.setattr(MetricsLogger, "log", logged)
+    monkeypatch.setattr(Trainer, "save", saved)
+    config = load_config("configs/cartpole_dqn.yaml", [*DQN[2:], "total_env_steps=500", f"trainer={trainer}",
+                                                       f"run_dir={tmp_path / 'r'}"])
+    trainer_class(config)(config, tmp_path / "r").run()
+    assert events[-2:] == [("row", 500), ("checkpoint", 500)], events
+
