@@ -5,11 +5,12 @@ a variant file inherits keys of its base that it then switches off (``configs/ho
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from mbpo.config.schema import Config
 
-__all__ = ["unread_overrides"]
+__all__ = ["unread_overrides", "note_unread_overrides"]
 
 _SWITCHES = ("model.enabled", "model.lookahead.enabled", "model.macura", "agent.sac.crossq", "runtime.backend",
              "trainer")
@@ -39,3 +40,13 @@ def unread_overrides(config: Config, overrides: list[str]) -> dict[str, list[str
                 unread.setdefault(reason, []).append(item.strip())
                 break
     return unread
+
+
+def note_unread_overrides(config: Config, overrides: list[str]) -> None:
+    """One note per setting that leaves some of the command line's ``overrides`` unread (a new run's or a
+    resume's).
+    """
+    for reason, items in unread_overrides(config, overrides).items():
+        verb = "has" if len(items) == 1 else "have"
+        print(f"[mbpo] note: {', '.join(items)} {verb} no effect with {reason}", file=sys.stderr)
+

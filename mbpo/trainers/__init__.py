@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mbpo.config import Config, RuntimeConfig, checked_copy
 from mbpo.config.schema import as_override
-from mbpo.config.unread import unread_overrides
+from mbpo.config.unread import note_unread_overrides
 from mbpo.trainers.async_trainer import AsyncTrainer
 from mbpo.trainers.base import EnvFactory, Trainer
 from mbpo.trainers.resume import RunAlreadyDone, load_for_resume
@@ -75,9 +75,7 @@ def note_settings_without_effect(config: Config, overrides: list[str]) -> None:
     its own loop (of runtime.*, it reads nonfinite alone); an async run's threads take their torch threads from
     runtime.*_threads, not torch_threads; and the command line's keys of a part that is off (mbpo.config.unread).
     """
-    for reason, items in unread_overrides(config, overrides).items():
-        verb = "has" if len(items) == 1 else "have"
-        print(f"[mbpo] note: {', '.join(items)} {verb} no effect with {reason}", file=sys.stderr)
+    note_unread_overrides(config, overrides)
     if config.trainer == "sync":
         unused = [f"{key}={as_override(value)}" for key, value in _changed(config.runtime, RuntimeConfig(), "runtime.")
                   if key != "runtime.nonfinite"]

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from mbpo.config import Config, ConfigError, config_from_yaml, describe
+from mbpo.config.unread import note_unread_overrides
+from mbpo.config.validation import learner_keys
 from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import corrupt_checkpoints, list_checkpoints, load_latest
 from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs
@@ -61,7 +63,14 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
                         f"resume; train it again with run_dir=<new dir> (its config: {run_dir / 'config.yaml'})")
     path, state = load_latest(checkpoints, trust=trust)
     check_belongs(run_dir, path, state)
+    trained = config_from_yaml(state["config"]).agent.name
+    for item in overrides:  # validation's own advice would be to set agent.name, which no resume can
+        learner = learner_keys().get(item.split("=", 1)[0], (trained,))[0]
+        if learner != trained:
+            raise ConfigError(f"{item.split('=', 1)[0]} is for agent.name={learner}, and {run_dir} trains "
+                              f"agent.name={trained}, which a resume keeps; drop {item}")
     config = config_from_yaml(state["config"], overrides)
+    note_unread_overrides(config, overrides)  # model.precision=bf16 on a run without the model, say
     config.run_dir = str(run_dir)
     explicit = any(item.split("=", 1)[0] == "debug" for item in overrides)
     if debug is not None and not explicit and config.debug != debug:

@@ -491,3 +491,20 @@ def test_a_run_dir_that_holds_a_users_file_is_never_removed_as_never_started(tmp
     assert (run_dir / where / "ckpt_best.pt").read_text() == "the user's"
     (run_dir / where / "ckpt_best.pt").unlink()
     assert remove_if_never_started(run_dir, took_no_step=True) and not run_dir.exists()
+
+
+def test_a_resume_says_which_of_its_overrides_the_run_does_not_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `train` does: a precision of a part the run does not have is a note, and another learner's key is
+    refused without the advice to change agent.name, which a resume cannot (it resumed in silence, and the
+    override went into resumes.yaml as if it applied).
+    """
+    run = tmp_path / "run"
+    assert train(run, "total_env_steps=150", config="configs/cartpole_dqn.yaml") == 0
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "total_env_steps=300", "model.precision=fp32"]) == 0
+    assert "[mbpo] note: model.precision=fp32 has no effect with model.enabled=false" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "total_env_steps=450", "agent.sac.precision=bf16"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: agent.sac.precision is for agent.name=sac, and {run} trains agent.name=dqn, which a resume " \
+           "keeps; drop agent.sac.precision=bf16" in err, err[-2000:]
