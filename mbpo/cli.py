@@ -42,6 +42,13 @@ def _device(value: str) -> str:
     return value
 
 
+def _path(value: str) -> str:
+    """A path argument with ``~`` expanded as ``run_dir=~/...`` is: a shell leaves it to us when it is quoted or
+    comes from a script.
+    """
+    return os.path.expanduser(value)
+
+
 def _seed(value: str) -> int:
     """``--seed``, in the range the config's ``seed`` takes (argparse reports a bad one in one line, exit 2)."""
     try:
@@ -62,32 +69,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--help-config", action="store_true", help="list every config key with its default and meaning")
     sub = parser.add_subparsers(dest="command")
     tr = sub.add_parser("train", help="train from a YAML config with key=value overrides")
-    tr.add_argument("--config", default=DEFAULT_CONFIG, help=f"YAML config (default: {DEFAULT_CONFIG})")
+    tr.add_argument("--config", default=DEFAULT_CONFIG, type=_path, help=f"YAML config (default: {DEFAULT_CONFIG})")
     tr.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. env.num_envs=8 seed=1")
     tr.set_defaults(fn=cmd_train)
     ev = sub.add_parser("eval", help="evaluate the deterministic policy of a checkpoint")
-    ev.add_argument("--checkpoint", required=True, help="path to a ckpt_*.pt file")
+    ev.add_argument("--checkpoint", required=True, type=_path, help="path to a ckpt_*.pt file")
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--device", default=None, type=_device, help="auto, cpu, cuda or cuda:N (default: the run's)")
     ev.add_argument("--seed", type=_seed, default=12345)
     ev.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
-    ev.add_argument("--video", default=None, metavar="PATH",
+    ev.add_argument("--video", default=None, metavar="PATH", type=_path,
                     help="also write the episodes as a video, MP4 or GIF by the extension, side by side in a grid "
                          "(--episodes 1 for one at full size); drawn offscreen, MuJoCo through MUJOCO_GL=egl or "
                          "osmesa (docs/envs.md); needs the video extra")
     ev.set_defaults(fn=cmd_eval)
     re_ = sub.add_parser("resume", help="continue a run from its newest loadable checkpoint")
-    re_.add_argument("run_dir")
+    re_.add_argument("run_dir", type=_path)
     re_.add_argument("overrides", nargs="*", default=[], help="e.g. total_env_steps=50000 to train longer")
     re_.add_argument("--trust-checkpoint", action="store_true", help=TRUST_HELP)
     re_.set_defaults(fn=cmd_resume)
     pl = sub.add_parser("plot", help="evaluation curves of runs on one chart, seeds of one config as median "
                                      "and range, and for MBPO runs the model's health beside it, as "
                                      "<out>_model_health.png (needs the plots extra)")
-    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    pl.add_argument("--out", default=None, help="image path, its format from its extension: .png, .pdf, .svg, ... "
-                                                "(default: RUN_DIR/learning_curve.png for one run, "
-                                                "./learning_curves.png for several)")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", type=_path)
+    pl.add_argument("--out", default=None, type=_path,
+                    help="image path, its format from its extension: .png, .pdf, .svg, ... (default: "
+                         "RUN_DIR/learning_curve.png for one run, ./learning_curves.png for several)")
     pl.add_argument("--x", choices=["env_steps", "wall_s"], default="env_steps", help="x axis (default: env_steps)")
     pl.set_defaults(fn=cmd_plot)
     ro = sub.add_parser("rollout", help="random-policy rollout of a vectorized env; prints its throughput")

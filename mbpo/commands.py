@@ -123,17 +123,10 @@ def finish(trainer: Any, run_dir: Path, row: dict[str, Any]) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     quiet_torchrl()
     from mbpo.run.metrics import MetricsLogger
-    from mbpo.run.run_dir import RunLock
+    from mbpo.run.run_dir import RunLock, check_is_run_dir
     from mbpo.trainers import RunAlreadyDone, resume_trainer
 
-    run_dir = Path(args.run_dir)
-    try:  # checked before the lock, which would create it
-        what = None if run_dir.is_dir() else "is a file" if run_dir.exists() else "does not exist"
-    except OSError as exc:  # e.g. a name longer than the file system allows
-        what = f"cannot be read ({exc.strerror or exc})"
-    if what is not None:
-        raise MbpoError(f"run dir {str(args.run_dir)!r} {what}; expected a directory written by "
-                        "`python -m mbpo train`")
+    check_is_run_dir(Path(args.run_dir))  # before the lock, which would create it
     phase = ["during start-up: once the trainer is built; the run is left as it was"]
     early = stop_on_signals(lambda: phase[0])
     with RunLock(args.run_dir), early:  # the lock: held from before the checkpoint is read until the run ends

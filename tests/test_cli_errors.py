@@ -236,6 +236,16 @@ def test_what_a_path_is_and_which_option_to_lower_are_named_truly(
                            "resume may change: total_env_steps, ")
     assert "'agent.sac.actor_lr' cannot change when resuming" in error_line(capsys, "resume", str(run),
                                                                             "agent.sac.actor_lr=0.1")
+    # no run dir: said so, with the parent where that is one, and no .lock left in the user's directory
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    line = error_line(capsys, "resume", str(notes))
+    assert line == (f"error: run dir '{notes}' holds no config.yaml and no checkpoints/; expected a directory written "
+                    "by `python -m mbpo train`")
+    line = error_line(capsys, "resume", str(run / "checkpoints"))
+    assert line.endswith(f"expected a directory written by `python -m mbpo train`; its parent is one: python -m mbpo "
+                         f"resume {run}")
+    assert not (notes / ".lock").exists() and not (run / "checkpoints" / ".lock").exists()
     line = error_line(capsys, "eval", "--checkpoint", str(run / "checkpoints" / "ckpt_000000000064.pt"),
                       "--episodes", "100000000000")
     assert "--episodes 100,000,000,000 runs as many Pendulum-v1 envs at once (one per episode)" in line
@@ -571,3 +581,17 @@ def test_a_config_file_that_is_not_utf8_text_is_one_line(tmp_path: Path, capfd: 
                     "a YAML text file such as configs/pendulum_sac.yaml (saved as UTF-8)")
     (tmp_path / "ckpt.pt").write_bytes(b"PK\x03\x04\x14\x00\x80\xff")
     assert "ckpt.pt' is not UTF-8 text" in error_line(capfd, "train", "--config", str(tmp_path / "ckpt.pt"))
+
+
+def test_a_quoted_tilde_in_a_path_argument_is_the_home_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in `run_dir=~/...`: `resume '~/run'` said "run dir '~/run' does not exist"."""
+    from mbpo import cli
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.main(["train", "run_dir=~/run", *FAST]) == 0
+    assert cli.main(["resume", "~/run", "total_env_steps=128"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", "~/run/checkpoints/ckpt_000000000128.pt", "--episodes", "1"]) == 0
+    assert '"episodes": 1' in capsys.readouterr().out
+

@@ -44,7 +44,7 @@ from mbpo.run.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
            "settings_data", "check_belongs", "write_config", "log_resume", "refuse_a_used_run_dir", "RUN_RECORD",
-           "record_provenance", "safe_name", "remove_if_never_started",
+           "record_provenance", "safe_name", "remove_if_never_started", "check_is_run_dir",
            "RESUMABLE_OVERRIDES", "PRECISION_KEYS", "DEVICE_KEYS",
            "LOCK_FILE", "IDENTITY_FILE", "RESUMES_FILE", "RUN_FILES", "files_in_the_way"]
 
@@ -250,6 +250,25 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return not run_dir.exists()
+
+
+def check_is_run_dir(run_dir: Path) -> None:
+    """Refuse, naming what it is instead, a path that is no run dir (``train`` takes the lock, writes config.yaml,
+    then checkpoints/): checked before a resume takes the lock, which would leave a ``.lock`` in a user's directory.
+    """
+    try:
+        ours = ("config.yaml", "checkpoints", LOCK_FILE)  # the lock alone: a run starting there names its pid
+        what = (None if any((run_dir / name).exists() for name in ours)
+                else "holds no config.yaml and no checkpoints/" if run_dir.is_dir()
+                else "is a file" if run_dir.exists() else "does not exist")
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        what = f"cannot be read ({exc.strerror or exc})"
+    if what is None:
+        return
+    parent = run_dir.absolute().parent
+    hint = (f"; its parent is one: python -m mbpo resume {shlex.quote(str(parent))}"
+            if run_dir.name == "checkpoints" and (parent / "config.yaml").is_file() else "")
+    raise MbpoError(f"run dir {str(run_dir)!r} {what}; expected a directory written by `python -m mbpo train`{hint}")
 
 
 def files_in_the_way(run_dir: Path) -> list[str]:

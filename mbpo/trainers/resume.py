@@ -16,7 +16,7 @@ from mbpo.config.unread import note_unread_overrides
 from mbpo.config.validation import learner_keys
 from mbpo.errors import MbpoError
 from mbpo.run.checkpoint import corrupt_checkpoints, list_checkpoints, load_latest
-from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs
+from mbpo.run.run_dir import RESUMABLE_OVERRIDES, check_belongs, check_is_run_dir
 from mbpo.runtime.env_builder import env_label, factory_name
 
 __all__ = ["RunAlreadyDone", "ResumePoint", "load_for_resume", "keys_newer_than", "check_same_env_factory"]
@@ -53,9 +53,7 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
         if not any(key == k or key.startswith(k + ".") for k in RESUMABLE_OVERRIDES):
             raise ConfigError(f"{key!r} cannot change when resuming (the checkpoint was built with it); "
                               f"keys that can: {', '.join(RESUMABLE_OVERRIDES)}")
-    if not run_dir.is_dir():
-        raise MbpoError(f"run dir {str(run_dir)!r} does not exist; expected a directory written by "
-                        "`python -m mbpo train`")
+    check_is_run_dir(run_dir)
     checkpoints = run_dir / "checkpoints"
     never_saved = not list_checkpoints(checkpoints) and not corrupt_checkpoints(checkpoints)
     if never_saved and (run_dir / "config.yaml").is_file():
