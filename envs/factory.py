@@ -123,7 +123,11 @@ def as_vec_env(obj: Any, device: str | torch.device = "cpu", seed: int | None = 
         if callable(getattr(obj, "close", None)):
             obj.close()  # e.g. a single gymnasium env: its simulator must not outlive the error
         hint = ""
-        if isinstance(obj, gym.Env):
+        batched = getattr(getattr(obj, "unwrapped", obj), "num_envs", 1)
+        if isinstance(obj, gym.Env) and isinstance(batched, int) and batched > 1:  # Isaac Lab's gym.make(task)
+            hint = (f" (a gymnasium env of {batched} envs, as Isaac Lab's gym.make(task, cfg=...) builds: return it "
+                    "wrapped in Isaac Lab's RslRlVecEnvWrapper (isaaclab_rl.rsl_rl), an rsl_rl VecEnv)")
+        elif isinstance(obj, gym.Env):
             hint = (" (a single gymnasium env: return gymnasium.make_vec(id, num_envs, vector_kwargs="
                     "{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP}) or a VectorEnv of your own)")
         raise EnvFactoryError(path, f"{what} {type(obj).__module__}.{type(obj).__name__}{hint}; expected "

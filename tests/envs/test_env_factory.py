@@ -139,3 +139,18 @@ def test_the_isaac_lab_recipe_starts_the_app_once_then_makes_and_wraps_the_task(
     again = envs.make_from_factory("examples.isaaclab_env:make_env", 2, task="Isaac-Fake-Cartpole-v0")
     assert again.num_envs == 2 and len(app.launches) == 1  # the app is started once per process
     again.close()
+
+
+def test_an_isaac_lab_env_returned_without_its_rsl_rl_wrapper_is_told_to_wrap_it(fake_isaaclab: None) -> None:
+    """A batched gymnasium env (4,096 envs in one simulation) was told to make_vec num_envs copies of itself."""
+    from types import SimpleNamespace
+
+    from isaaclab.envs import ManagerBasedRLEnv
+
+    cfg = SimpleNamespace(scene=SimpleNamespace(num_envs=8), sim=SimpleNamespace(device="cpu"), episode_length=10,
+                          seed=0)
+    with pytest.raises(EnvFactoryError, match=r"returned isaaclab.envs.ManagerBasedRLEnv \(a gymnasium env of 8 envs, "
+                       r"as Isaac Lab's gym.make\(task, cfg=...\) builds: return it wrapped in Isaac Lab's "
+                       r"RslRlVecEnvWrapper \(isaaclab_rl.rsl_rl\), an rsl_rl VecEnv\)") as info:
+        envs.as_vec_env(ManagerBasedRLEnv(cfg), path="my_isaac:make_env")
+    assert "make_vec" not in str(info.value)
