@@ -64,9 +64,18 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device("cuda", index)
 
 
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """``cuda`` and ``cuda:0`` (``cpu`` and ``cpu:0``) name one device where one of them has no index."""
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+def same_device(a: str | torch.device, b: str | torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device: ``cpu:0`` is the CPU, and ``cuda`` (no index) is the current CUDA
+    device, so it equals ``cuda:0`` there but not ``cuda:1`` (``torch.Generator(device="cuda").device`` has no
+    index; a tensor's always has one).
+    """
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
 def as_tensor_device(device: str | torch.device) -> torch.device:

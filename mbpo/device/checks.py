@@ -17,6 +17,8 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDictBase
 
+from envs.device import same_device
+
 __all__ = ["HandoffError", "check_transitions", "check_indices", "check_snapshot", "switches"]
 
 DEBUG_QUEUE_SIZE = 2
@@ -48,7 +50,7 @@ def check_transitions(
         if key not in data.keys():
             raise HandoffError(f"{where}: key {key!r} is missing; got keys {sorted(data.keys())}")
         x = data[key]
-        if x.device != torch.device(device):
+        if not same_device(x.device, device):
             raise HandoffError(f"{where}: {key} is on {x.device}; expected {device}")
         if x.dtype != dtype or tuple(x.shape) != shape:
             raise HandoffError(f"{where}: {key} is {x.dtype} {tuple(x.shape)}; expected {dtype} {shape}")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import envs
+from envs.device import same_device
 from mbpo.errors import MbpoError
 
 __all__ = ["DevicePlan", "DeviceMismatchError", "device_of", "same_device"]
@@ -50,18 +51,6 @@ def device_of(component: Any) -> torch.device:
     if device is not None:
         return torch.device(device)
     raise TypeError(f"cannot tell the device of {type(component).__name__}; give it a .device attribute")
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether ``a`` and ``b`` are one device: ``cuda`` (no index) is the current CUDA device, so it equals
-    ``cuda:0`` there (``torch.Generator(device="cuda").device`` has no index; a tensor's always has one).
-    """
-    if a.type != b.type:
-        return False
-    if a.type != "cuda":
-        return True
-    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
-    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,11 @@ def test_trainer_checks_its_components_at_start_up(tmp_path, monkeypatch: pytest
     cfg = load_config(None, ["device=cpu", f"run_dir={tmp_path}", "agent.sac.hidden_sizes=[8]"])
     with pytest.raises(DeviceMismatchError, match=rf"(?s)env: cpu.*{expected}"):
         SyncTrainer(cfg, tmp_path)
+
+
+def test_cuda_without_an_index_is_the_current_device_not_any_cuda_device() -> None:
+    from envs.device import same_device
+
+    assert same_device("cpu:0", torch.device("cpu")) and not same_device("cpu", "meta")
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    assert same_device("cuda", f"cuda:{current}") and not same_device("cuda", f"cuda:{current + 1}")

@@ -202,6 +202,7 @@ def test_an_adapted_env_on_cpu_0_takes_the_actions_its_own_device_makes(adapter:
 def test_check_actions_takes_one_device_in_either_spelling() -> None:
     box = Box(-1.0, 1.0, (1,))
     check_actions(torch.zeros(2, 1), box, 2, torch.device("cpu:0"))  # a VecEnv of the user's own on 'cpu:0'
+    check_actions(torch.zeros(2, 1), box, 2, "cpu")  # or naming its device (the contract allows it)
     with pytest.raises(ActionError, match="actions are on cpu but the env is on meta"):
         check_actions(torch.zeros(2, 1), box, 2, torch.device("meta"))
 
