@@ -199,7 +199,7 @@ class AsyncTrainer(Trainer):
         try:
             with StopOnSignals(self.stop_event, self._stopping) as signals:
                 self._start()
-                evaluated = False
+                evaluated = completed = False
                 try:
                     self._loop()
                     if self._loop_ended:
@@ -211,8 +211,9 @@ class AsyncTrainer(Trainer):
                             self._evaluate()
                         self._periodic_steps = self.env_steps
                         self._finished = True
+                    completed = True
                 finally:
-                    failing = sys.exc_info()[0] is not None
+                    failing = not completed  # not sys.exc_info(): a caller's except block that runs us has one
                     shut_down = False
                     try:
                         self._shutdown()
