@@ -162,10 +162,13 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
                                    "the newest checkpoint") from exc
     try:
         read_file(final)
-    except CheckpointError as exc:
+    except CorruptCheckpointError as exc:
         bad = _mark_corrupt(final)
         raise CorruptCheckpointError(f"the checkpoint just written did not read back ({exc}); renamed it to "
                                      f"{bad.name} and kept every older checkpoint") from exc
+    except CheckpointError as exc:  # a good file that did not load here (out of memory): kept, nothing pruned
+        raise CheckpointError(f"the checkpoint just written did not read back ({exc}); kept it and every older "
+                              "checkpoint") from exc
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return final
@@ -205,7 +208,8 @@ def load_latest(
     directory: str | Path, map_location: str | torch.device = "cpu", trust: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """The newest checkpoint that loads. An unreadable newer one is renamed ``*.corrupt`` (reported on
-    stderr) and the previous one is tried; an unsafe one stops the search (it is never skipped silently).
+    stderr) and the previous one is tried; an unsafe one, or an intact one that failed for a reason outside the
+    file (out of memory), stops the search (neither is ever skipped silently).
     """
     candidates = list_checkpoints(directory)
     if not candidates:
@@ -223,9 +227,9 @@ def load_latest(
 
 
 def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointError:
-    """Unsafe (the pickle names code to run), corrupt (not a readable torch.save file), or an intact archive that
-    failed to load for a reason outside the file (out of memory; with ``trust``, code it names that no longer
-    imports): only a corrupt one is set aside for an older checkpoint.
+    """Unsafe (the pickle names code to run), corrupt (not a readable torch.save file, or an archive whose
+    contents do not load), or an intact archive that failed to load for a reason outside the file (out of memory;
+    with ``trust``, code it names that no longer imports): only a corrupt one is set aside for an older checkpoint.
     """
     try:
         unsafe = [] if trust else torch.serialization.get_unsafe_globals_in_checkpoint(path)
@@ -242,12 +246,22 @@ def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointErro
         return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
                                       f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if _intact_archive(path):  # out of memory, say, or code a trusted pickle names that no longer imports
-        how = " even with full unpickling" if trust else ""
+    if (_outside_the_file(exc) or trust) and _intact_archive(path):  # out of memory, say; trusted: code its
+        how = " even with full unpickling" if trust else ""  # pickle names that no longer imports
         return CheckpointError(f"checkpoint {path} did not load{how} ({type(exc).__name__}: {first_line}); the file "
-                               "is intact, so it was left as it is and no older checkpoint was tried: fix the cause "
-                               "and load it again")
+                               "is intact, so it was left as it is: fix the cause and load it again")
     return CorruptCheckpointError(f"checkpoint {path} is unreadable, corrupt or cut short ({first_line})")
+
+
+def _outside_the_file(exc: BaseException) -> bool:
+    """Whether a load failed for want of a resource where it ran (memory, an I/O error, a permission), which a
+    good file meets too: such a file is kept, never set aside for an older checkpoint.
+    """
+    if isinstance(exc, (MemoryError, OSError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        words in text for words in ("can't allocate memory", "DefaultCPUAllocator", "out of memory"))
 
 
 def _intact_archive(path: Path) -> bool:

@@ -195,6 +195,26 @@ def test_an_intact_newest_that_does_not_fit_in_memory_is_kept_and_no_older_one_i
         ckpt.load_latest(tmp_path)
     assert not isinstance(caught.value, ckpt.CorruptCheckpointError)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt", "ckpt_000000000200.pt"]
+    (tmp_path / "ckpt_000000000200.pt").unlink()  # the same where a save reads its new checkpoint back
+    with pytest.raises(ckpt.CheckpointError, match="did not read back .*; kept it and every older checkpoint$"):
+        ckpt.save_checkpoint(tmp_path, 200, state(200), keep=1)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt", "ckpt_000000000200.pt"]
+
+
+def test_an_archive_whose_contents_do_not_load_is_set_aside_for_the_previous_checkpoint(tmp_path: Path) -> None:
+    """Intact as a zip (its CRCs hold) but not a loadable checkpoint: corrupt, unlike a file that met a lack of
+    memory.
+    """
+    import zipfile
+
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    newest = tmp_path / "ckpt_000000000200.pt"
+    with zipfile.ZipFile(newest, "w") as archive:  # a torch.save layout whose pickle is garbage
+        archive.writestr("archive/data.pkl", b"\x80\x02garbage")
+        archive.writestr("archive/version", b"3\n")
+    path, loaded = ckpt.load_latest(tmp_path)
+    assert path.name == "ckpt_000000000100.pt" and loaded == state(100)
+    assert [p.name for p in ckpt.corrupt_checkpoints(tmp_path)] == ["ckpt_000000000200.pt.corrupt"]
 
 
 def test_a_torch_file_that_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
