@@ -120,10 +120,10 @@ def as_vec_env(obj: Any, device: str | torch.device = "cpu", seed: int | None = 
     adapter, kind = _adapter(obj, device, seed)
     what = "returned" if path is not None else "got"
     if adapter is None:
+        batched = getattr(getattr(obj, "unwrapped", obj), "num_envs", 1)  # before close(): Isaac Lab's reads its scene
         if callable(getattr(obj, "close", None)):
             obj.close()  # e.g. a single gymnasium env: its simulator must not outlive the error
         hint = ""
-        batched = getattr(getattr(obj, "unwrapped", obj), "num_envs", 1)
         if isinstance(obj, gym.Env) and isinstance(batched, int) and batched > 1:  # Isaac Lab's gym.make(task)
             hint = (f" (a gymnasium env of {batched} envs, as Isaac Lab's gym.make(task, cfg=...) builds: return it "
                     "wrapped in Isaac Lab's RslRlVecEnvWrapper (isaaclab_rl.rsl_rl), an rsl_rl VecEnv)")

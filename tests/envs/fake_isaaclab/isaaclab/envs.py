@@ -18,7 +18,7 @@ class ManagerBasedRLEnv(gym.Env):
         global _simulation
         if _simulation is not None:
             raise RuntimeError("Simulation context already exists. Cannot create a new one.")
-        self.cfg, self.num_envs, self.device = cfg, cfg.scene.num_envs, torch.device(cfg.sim.device)
+        self.cfg, self.scene, self.device = cfg, cfg.scene, torch.device(cfg.sim.device)
         self.max_episode_length = cfg.episode_length
         self.generator = torch.Generator(device=self.device)
         if cfg.seed is not None:
@@ -27,6 +27,11 @@ class ManagerBasedRLEnv(gym.Env):
         self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._reset_ids(torch.arange(self.num_envs, device=self.device))
         _simulation = self
+
+    @property
+    def num_envs(self) -> int:
+        """Isaac Lab's reads its scene, which close() deletes."""
+        return int(self.scene.num_envs)
 
     def _obs(self) -> dict[str, torch.Tensor]:
         x, v = self.state.unbind(-1)
@@ -62,3 +67,5 @@ class ManagerBasedRLEnv(gym.Env):
         global _simulation
         if _simulation is self:
             _simulation = None  # Isaac Lab's close() clears the simulation context
+        if hasattr(self, "scene"):
+            del self.scene  # and deletes its scene
