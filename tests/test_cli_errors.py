@@ -238,10 +238,11 @@ def test_what_a_path_is_and_which_option_to_lower_are_named_truly(
                                                                             "agent.sac.actor_lr=0.1")
     # no run dir: said so, with the parent where that is one, and no .lock left in the user's directory
     notes = tmp_path / "notes"
-    notes.mkdir()
+    (notes / "checkpoints").mkdir(parents=True)  # another tool's
+    (notes / "checkpoints" / "model_epoch10.pth").write_text("")
     line = error_line(capsys, "resume", str(notes))
-    assert line == (f"error: run dir '{notes}' holds no config.yaml and no checkpoints/; expected a directory written "
-                    "by `python -m mbpo train`")
+    assert line == (f"error: run dir '{notes}' holds no config.yaml, run.json or mbpo checkpoint; expected a "
+                    "directory written by `python -m mbpo train`")
     line = error_line(capsys, "resume", str(run / "checkpoints"))
     assert line.endswith(f"expected a directory written by `python -m mbpo train`; its parent is one: python -m mbpo "
                          f"resume {run}")

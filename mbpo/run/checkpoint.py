@@ -100,7 +100,7 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
     removed = []
     for tmp in directory.glob(f".{PREFIX}*{SUFFIX}.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
@@ -128,7 +128,7 @@ def _reason(exc: BaseException) -> str:
 def checkpoint_steps(path: str | Path) -> int | None:
     """The env steps a checkpoint's file name states, or None for a name we did not write."""
     stem = Path(path).name[len(PREFIX):-len(SUFFIX)]
-    return int(stem) if Path(path).name.startswith(PREFIX) and stem.isdigit() else None
+    return int(stem) if Path(path).name.startswith(PREFIX) and stem.isascii() and stem.isdigit() else None
 
 
 def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:

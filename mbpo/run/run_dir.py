@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 
 from mbpo.config import Config, config_from_yaml
 from mbpo.errors import MbpoError
-from mbpo.run.checkpoint import list_checkpoints
+from mbpo.run.checkpoint import corrupt_checkpoints, list_checkpoints
 from mbpo.run.provenance import provenance
 
 __all__ = ["RunLock", "RunDirBusyError", "RunIdentity", "config_hash", "identity_data", "matches_identity",
@@ -242,9 +242,9 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
     rows = 0 if took_no_step or not metrics.is_file() else metrics.read_text().count("\n")
     if not run_dir.is_dir() or list_checkpoints(run_dir / "checkpoints") or rows > 1:  # header + a row
         return False
-    checkpoints = run_dir / "checkpoints"
-    theirs = [p for p in run_dir.iterdir() if p.name not in (*RUN_FILES, LOCK_FILE)]
-    if checkpoints.is_dir():  # a file a user put there, a ckpt_best.pt say (a save's temporary is hidden)
+    checkpoints = run_dir / "checkpoints"  # a save's or a write's temporary is hidden: ours
+    theirs = [p for p in run_dir.iterdir() if p.name not in (*RUN_FILES, "videos") and not p.name.startswith(".")]
+    if checkpoints.is_dir():  # a file a user put there, a ckpt_best.pt say
         theirs += [p for p in checkpoints.iterdir() if not p.name.startswith(".")]
     if theirs:
         return False
@@ -253,13 +253,15 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
 
 
 def check_is_run_dir(run_dir: Path) -> None:
-    """Refuse, naming what it is instead, a path that is no run dir (``train`` takes the lock, writes config.yaml,
-    then checkpoints/): checked before a resume takes the lock, which would leave a ``.lock`` in a user's directory.
+    """Refuse, naming what it is instead, a path that is no run dir (``train`` takes the lock, writes config.yaml
+    and run.json, then checkpoints; another tool's checkpoints/ does not make one): checked before a resume takes
+    the lock, which would leave a ``.lock`` in a user's directory.
     """
     try:
-        ours = ("config.yaml", "checkpoints", LOCK_FILE)  # the lock alone: a run starting there names its pid
-        what = (None if any((run_dir / name).exists() for name in ours)
-                else "holds no config.yaml and no checkpoints/" if run_dir.is_dir()
+        ours = ("config.yaml", IDENTITY_FILE, LOCK_FILE)  # the lock alone: a run starting there names its pid
+        found = [checkpoints(run_dir / "checkpoints") for checkpoints in (list_checkpoints, corrupt_checkpoints)]
+        what = (None if any((run_dir / name).exists() for name in ours) or any(found)
+                else "holds no config.yaml, run.json or mbpo checkpoint" if run_dir.is_dir()
                 else "is a file" if run_dir.exists() else "does not exist")
     except OSError as exc:  # e.g. a name longer than the file system allows
         what = f"cannot be read ({exc.strerror or exc})"

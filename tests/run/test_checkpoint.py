@@ -54,7 +54,8 @@ def test_files_of_the_users_beside_the_checkpoints_are_never_pruned_nor_resumed_
     ckpt_best.pt, sorting after every real name, made each save delete the checkpoint it had just written.
     """
     ckpt.save_checkpoint(tmp_path, 100, state(100), keep=keep)
-    theirs = ["ckpt_best.pt", "ckpt_000000000100_backup.pt", "ckpt_000000000100 (copy).pt", "ckpt_100.pt"]
+    theirs = ["ckpt_best.pt", "ckpt_000000000100_backup.pt", "ckpt_000000000100 (copy).pt", "ckpt_100.pt", "ckpt_².pt",
+              ".ckpt_000000000100.pt.tmp-²"]
     for name in theirs:
         (tmp_path / name).write_bytes((tmp_path / "ckpt_000000000100.pt").read_bytes())
     for step in (200, 300):

@@ -490,6 +490,8 @@ def test_a_run_dir_that_holds_a_users_file_is_never_removed_as_never_started(tmp
     assert not remove_if_never_started(run_dir, took_no_step=True)
     assert (run_dir / where / "ckpt_best.pt").read_text() == "the user's"
     (run_dir / where / "ckpt_best.pt").unlink()
+    (run_dir / "videos").mkdir()  # what the run writes itself: a first evaluation's video, a write's temporary
+    (run_dir / ".config.yaml.tmp-123").write_text("")
     assert remove_if_never_started(run_dir, took_no_step=True) and not run_dir.exists()
 
 
