@@ -121,7 +121,7 @@ class Trainer:
                               "'runs/my-run'), or set config.run_dir and pass it)")
         self._env_factory = env_factory
         self.config = config
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).expanduser()  # `~/runs/x` from Python, as on the command line
         self.utd_ratio = updates_per_transition(config)
         """Gradient updates per collected transition in effect (agent.utd_ratio or updates_per_vector_step)."""
         torch.set_num_threads(config.torch_threads)  # small RL nets: more threads only contend

@@ -41,7 +41,7 @@ def load_for_resume(run_dir: str | Path, overrides: list[str] | None = None, tru
     (a shorter ``total_env_steps`` than already reached is refused). ``debug`` (the command line's
     ``--debug``, None: as the run was) sets debug mode unless an override does; a change is logged as one.
     """
-    run_dir, overrides = Path(run_dir), list(overrides or [])
+    run_dir, overrides = Path(run_dir).expanduser(), list(overrides or [])
     known = [key for key, _, _ in describe()]
     for item in overrides:
         key = item.split("=", 1)[0]

@@ -110,3 +110,20 @@ def test_a_run_started_in_a_callers_except_block_ends_as_any_run(tmp_path: Path,
     except FileNotFoundError:
         row = trainer_class(config)(config, tmp_path / "r").run()
     assert row["env_steps"] == 500 and int(read_metrics(tmp_path / "r" / "metrics.csv")[-1]["env_steps"]) == 500
+
+
+def test_a_run_dir_under_home_given_from_python_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~`` is the home directory from Python as on the command line (a ``./~`` dir was made, and a resume of
+    '~/r' said it does not exist).
+    """
+    from mbpo.config import load_config
+    from mbpo.trainers import make_trainer, resume_trainer
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    repo_config = str(Path(__file__).parents[2] / "configs" / "cartpole_dqn.yaml")  # the test runs elsewhere
+    config = load_config(repo_config, [*DQN[2:], "total_env_steps=250", "trainer=sync"])
+    make_trainer(config, "~/r").run()
+    assert (tmp_path / "home" / "r" / "checkpoints").is_dir() and not (tmp_path / "~").exists()
+    trainer = resume_trainer("~/r", ["total_env_steps=500"])
+    assert trainer.run()["env_steps"] == 500
