@@ -15,6 +15,8 @@ reported by :meth:`ModelBased.metrics`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -116,6 +118,8 @@ class ModelBased:
         self.trainings_folded = 0
         """Owed trainings a fit counted for beside its own (model.max_lag above 1, async trainer)."""
         self.rollouts_started = 0
+        self.capped_rollouts = 0
+        """Rollouts that started fewer branches than owed, as many as the model buffer holds whole."""
         self.nonfinite_branches = 0
         self.budget_start = budget_start(config.train_freq, learning_starts)
         """Where the model's training and rollout budgets start counting (:func:`budget_start`)."""
@@ -148,6 +152,16 @@ class ModelBased:
         self.acting: dict[str, Any] | None = self.ensemble.acting_state() if config.lookahead.enabled else None
         """model.lookahead: the ensemble as of its last finished fit, for the planners' replicas (published with
         the policy's weights); replaced, never mutated, so a reader on another thread holds a consistent copy."""
+
+    def _branches_owed(self, env_steps: int) -> int:
+        """``rollouts_per_real`` per real transition since the last rollouts, the fractions carried over (a budget
+        of 0.5 branches per step starts one every other step, not none): the whole budget to ``env_steps``, less
+        the whole budget to the last rollouts.
+        """
+        def budget(steps: int) -> int:
+            return math.floor(self.rollouts_per_real * max(steps - self.budget_start, 0) + 1e-9)
+
+        return budget(env_steps) - budget(self.last_rollout_env_steps)
 
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
@@ -252,11 +266,23 @@ class ModelBased:
         all; :meth:`start_rows`): ``rollouts_per_real`` per real transition since the last call,
         ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
         """
-        num_starts = int(self.rollouts_per_real * (env_steps - self.last_rollout_env_steps))
+        num_starts = self._branches_owed(env_steps)
+        capacity = self._capacity(self.rollout_len)
         with self.lock:
             self._after_learner_reads()
-            self.model_buffer.resize(self._capacity(self.rollout_len))
+            self.model_buffer.resize(capacity)
             self._mark_written()
+        whole = capacity // self.rollout_len  # branches whose every step the buffer holds
+        if num_starts > whole:  # the rest would overwrite this rollout's own first steps, the ones nearest real
+            if not self.capped_rollouts:  # states, and leave the deepest (MBPO's buffer holds whole epochs)
+                held = self.config.epoch_length * self.config.retain_epochs
+                print(f"[mbpo] note: a model fit covered {env_steps - self.last_rollout_env_steps:,} env steps, more "
+                      f"than model.epoch_length x model.retain_epochs = {held:,}: its rollouts start {whole:,} "
+                      f"branches, as many as the model buffer holds whole, not {num_starts:,} (raise "
+                      "model.epoch_length or model.retain_epochs to keep more; rollouts_per_real_realised says how "
+                      "many start)", file=sys.stderr)
+            self.capped_rollouts += 1
+            num_starts = whole
         if num_starts <= 0:
             self.last_rollout_env_steps = env_steps
             return
@@ -372,6 +398,7 @@ class ModelBased:
             "rollouts_per_real_realised":
                 self.rollouts_started / max(self.last_rollout_env_steps - self.budget_start, 1),
             "rollouts_per_real": self.rollouts_per_real,
+            "model_rollouts_capped": self.capped_rollouts,
             "model_fit_epochs": fit.get("epochs"),
             "model_fit_stopped_by": fit.get("stopped_by"),
             "model_trainings": self.trainings,
@@ -400,7 +427,7 @@ class ModelBased:
             "generator": self.generator.get_state(),
             "batch_generator": self.batch_generator.get_state(),
             "counters": {"trainings": self.trainings, "trainings_folded": self.trainings_folded,
-                         "rollouts_started": self.rollouts_started,
+                         "rollouts_started": self.rollouts_started, "capped_rollouts": self.capped_rollouts,
                          "nonfinite_branches": self.nonfinite_branches, "rollout_len": self.rollout_len,
                          "last_rollout_env_steps": self.last_rollout_env_steps,
                          "last_train_env_steps": self.last_train_env_steps, "last_train_rows": self.last_train_rows,

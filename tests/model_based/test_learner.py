@@ -343,3 +343,46 @@ def test_planners_get_the_ensemble_of_the_last_finished_fit_also_after_a_resume(
     resumed = ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=1)
     resumed.load_state_dict(model.state_dict())
     assert resumed.acting is not None and resumed.acting["version"] == (0 if cut_short else 1)
+
+
+def _named_rows(mb: ModelBased, n: int) -> TensorDict:
+    """``n`` real rows whose obs[:, 0] names the row (0..n-1), the ensemble fitted on them."""
+    rows = torch.arange(n, dtype=torch.float32)
+    obs = torch.stack((rows, torch.zeros(n), torch.zeros(n)), 1)
+    data = transitions(obs, torch.zeros(n, 1), torch.zeros(n), obs, torch.zeros(n, dtype=torch.bool))
+    mb.train(data, n)
+    return data
+
+
+def _pendulum_model(*overrides: str) -> ModelBased:
+    cfg = load_config(None, ["model.enabled=true", "model.hidden_sizes=[8]", "model.weight_decay=[0,0]",
+                             "model.max_epochs=1", *overrides]).model
+    env = envs.make("Pendulum-v1", 1)
+    return ModelBased(cfg, "Pendulum-v1", env.observation_space, env.action_space, torch.device("cpu"), seed=0)
+
+
+def test_a_fraction_of_a_branch_per_real_step_is_carried_to_the_next_rollouts() -> None:
+    """0.5 branches per real step started none when each rollout covered one step (int(0.5) each time)."""
+    mb = _pendulum_model("model.rollouts_per_real=0.5", "model.train_freq=1")
+    data = _named_rows(mb, 50)
+    for step in range(1, 11):
+        mb.rollout(data, step, UniformPolicy(-2.0, 2.0))
+    assert mb.rollouts_started == 5 and mb.metrics(10)["rollouts_per_real_realised"] == 0.5
+
+
+def test_a_rollout_larger_than_the_model_buffer_starts_only_branches_it_holds_whole(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """4 branches of 3 steps per real step over 150 steps is 1,800 rows for a buffer of 4 x 50 x 3 = 600 (one
+    fit covering more than model.epoch_length x retain_epochs env steps, as at thousands of envs): written step
+    by step, the last step's rows overwrote the first steps', the ones nearest real states.
+    """
+    mb = _pendulum_model("model.rollouts_per_real=4", "model.train_freq=50", "model.epoch_length=50",
+                         "model.retain_epochs=1", "model.rollout_schedule=[0,1,3,3]")
+    data = _named_rows(mb, 150)
+    mb.rollout(data, 150, UniformPolicy(-2.0, 2.0))
+    assert mb.rollouts_started == 200 and mb.metrics(150)["model_rollouts_capped"] == 1
+    held = mb.model_buffer.newest(len(mb.model_buffer))["obs"][:, 0]
+    from_real_states = held == held.round()  # a first step starts from a real row's obs (an integer here)
+    assert int(from_real_states.sum()) > 100
+    assert "its rollouts start 200 branches, as many as the model buffer holds whole, not 600" in \
+        capsys.readouterr().err
