@@ -240,8 +240,9 @@ def test_what_a_path_is_and_which_option_to_lower_are_named_truly(
     notes = tmp_path / "notes"
     (notes / "checkpoints").mkdir(parents=True)  # another tool's
     (notes / "checkpoints" / "model_epoch10.pth").write_text("")
+    (notes / "config.yaml").write_text("lr: 0.1\n")
     line = error_line(capsys, "resume", str(notes))
-    assert line == (f"error: run dir '{notes}' holds no config.yaml, run.json or mbpo checkpoint; expected a "
+    assert line == (f"error: run dir '{notes}' holds no run.json and no mbpo checkpoint; expected a "
                     "directory written by `python -m mbpo train`")
     line = error_line(capsys, "resume", str(run / "checkpoints"))
     assert line.endswith(f"expected a directory written by `python -m mbpo train`; its parent is one: python -m mbpo "

@@ -253,15 +253,16 @@ def remove_if_never_started(run_dir: Path, took_no_step: bool = False) -> bool:
 
 
 def check_is_run_dir(run_dir: Path) -> None:
-    """Refuse, naming what it is instead, a path that is no run dir (``train`` takes the lock, writes config.yaml
-    and run.json, then checkpoints; another tool's checkpoints/ does not make one): checked before a resume takes
-    the lock, which would leave a ``.lock`` in a user's directory.
+    """Refuse, naming what it is instead, a path that is no run dir (``train`` takes the lock, writes run.json and
+    config.yaml, then checkpoints; another tool's config.yaml or checkpoints/ does not make one): checked before a
+    resume takes the lock, which would leave a ``.lock`` in a user's directory.
     """
     try:
-        ours = ("config.yaml", IDENTITY_FILE, LOCK_FILE)  # the lock alone: a run starting there names its pid
+        lock = run_dir / LOCK_FILE  # held, it names its holder: a run starting there (released, it is emptied)
         found = [checkpoints(run_dir / "checkpoints") for checkpoints in (list_checkpoints, corrupt_checkpoints)]
-        what = (None if any((run_dir / name).exists() for name in ours) or any(found)
-                else "holds no config.yaml, run.json or mbpo checkpoint" if run_dir.is_dir()
+        ours = (run_dir / IDENTITY_FILE).is_file() or any(found) or (lock.is_file() and lock.stat().st_size > 0)
+        what = (None if ours
+                else "holds no run.json and no mbpo checkpoint" if run_dir.is_dir()
                 else "is a file" if run_dir.exists() else "does not exist")
     except OSError as exc:  # e.g. a name longer than the file system allows
         what = f"cannot be read ({exc.strerror or exc})"
@@ -269,7 +270,7 @@ def check_is_run_dir(run_dir: Path) -> None:
         return
     parent = run_dir.absolute().parent
     hint = (f"; its parent is one: python -m mbpo resume {shlex.quote(str(parent))}"
-            if run_dir.name == "checkpoints" and (parent / "config.yaml").is_file() else "")
+            if run_dir.name == "checkpoints" and (parent / IDENTITY_FILE).is_file() else "")
     raise MbpoError(f"run dir {str(run_dir)!r} {what}; expected a directory written by `python -m mbpo train`{hint}")
 
 
