@@ -3,8 +3,9 @@
 A write goes to a temp file, is fsynced and renamed, so a crash never leaves a
 half-written checkpoint under a real name. Before the newest ``keep`` are
 pruned, the new file is read back: a checkpoint that does not load never
-replaces one that does. A checkpoint found unreadable is renamed ``*.corrupt``
-(no longer counted toward ``keep``) and the previous one is used.
+replaces one that does (one that failed for want of memory is kept, and nothing
+pruned). A checkpoint found unreadable is renamed ``*.corrupt`` (no longer
+counted toward ``keep``) and the previous one is used.
 
 Files are loaded with ``torch.load(weights_only=True)``: tensors and plain
 Python data only, so a crafted file cannot run code. A file that needs more
@@ -133,7 +134,8 @@ def checkpoint_steps(path: str | Path) -> int | None:
 
 def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:
     """Write ``state`` as ``ckpt_<env_steps>.pt`` atomically, read it back, then prune all but the newest
-    ``keep``. A file that does not read back is renamed ``*.corrupt`` and nothing older is pruned.
+    ``keep``. A file that does not read back is renamed ``*.corrupt`` (one that failed to load for a reason
+    outside the file, out of memory, is kept) and nothing older is pruned.
     """
     directory = Path(directory)
     final = directory / f"{PREFIX}{env_steps:012d}{SUFFIX}"
@@ -162,7 +164,7 @@ def save_checkpoint(directory: str | Path, env_steps: int, state: dict[str, Any]
                                    "the newest checkpoint") from exc
     try:
         read_file(final)
-    except CorruptCheckpointError as exc:
+    except (CorruptCheckpointError, UnsafeCheckpointError) as exc:  # unsafe: a state holding more than tensors
         bad = _mark_corrupt(final)
         raise CorruptCheckpointError(f"the checkpoint just written did not read back ({exc}); renamed it to "
                                      f"{bad.name} and kept every older checkpoint") from exc
@@ -240,8 +242,12 @@ def _classify(path: Path, exc: Exception, trust: bool = False) -> CheckpointErro
             f"{path} needs full unpickling to load (it references {', '.join(unsafe[:5])}"
             f"{', ...' if len(unsafe) > 5 else ''}), which can run arbitrary code, so it was not loaded; "
             f"mbpo checkpoints hold only tensors and plain data. {TRUST_HINT}")
-    with open(path, "rb") as f:
-        zipped = f.read(4) == ZIP_MAGIC
+    try:
+        with open(path, "rb") as f:
+            zipped = f.read(4) == ZIP_MAGIC
+    except OSError as opening:  # no permission, an I/O error: nothing says the file is bad
+        return CheckpointError(f"checkpoint {path} cannot be read ({_reason(opening)}); it was left as it is: fix "
+                               "the cause and load it again")
     if not zipped:  # torch's own advice (weights_only=False) would be wrong here: it is no torch file at all
         return CorruptCheckpointError(f"{path} is not a checkpoint: not a file torch.save writes (mbpo's are "
                                       f"{PREFIX}<env steps>{SUFFIX} in a run dir's {CHECKPOINTS_DIR}/)")

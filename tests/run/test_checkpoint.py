@@ -202,6 +202,40 @@ def test_an_intact_newest_that_does_not_fit_in_memory_is_kept_and_no_older_one_i
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt", "ckpt_000000000200.pt"]
 
 
+def test_a_checkpoint_this_process_cannot_open_is_kept_and_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No permission (or an I/O error): a one-line error that keeps the file (it was a traceback)."""
+    import builtins
+    import errno
+
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    ckpt.save_checkpoint(tmp_path, 200, state(200), keep=3)
+    newest, real_open = str(tmp_path / "ckpt_000000000200.pt"), builtins.open
+
+    def refused(file: object, *args: object, **kwargs: object) -> object:
+        if str(file) == newest:
+            raise PermissionError(errno.EACCES, "Permission denied", newest)
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", refused)
+    with pytest.raises(ckpt.CheckpointError, match=r"ckpt_000000000200.pt cannot be read \(Permission denied\); it "
+                                                   r"was left as it is"):
+        ckpt.load_latest(tmp_path)
+    monkeypatch.undo()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt", "ckpt_000000000200.pt"]
+
+
+def test_a_state_that_would_need_full_unpickling_is_set_aside_when_saved(tmp_path: Path) -> None:
+    """It reads back only with --trust-checkpoint: never the newest checkpoint a resume would stop on."""
+    from pathlib import PurePosixPath
+
+    ckpt.save_checkpoint(tmp_path, 100, state(100), keep=3)
+    with pytest.raises(ckpt.CorruptCheckpointError, match="did not read back.*renamed it to "
+                                                          "ckpt_000000000200.pt.corrupt"):
+        ckpt.save_checkpoint(tmp_path, 200, state(200, where=PurePosixPath("/x")), keep=3)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000100.pt"]
+
+
 def test_an_archive_whose_contents_do_not_load_is_set_aside_for_the_previous_checkpoint(tmp_path: Path) -> None:
     """Intact as a zip (its CRCs hold) but not a loadable checkpoint: corrupt, unlike a file that met a lack of
     memory.
