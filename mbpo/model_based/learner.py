@@ -19,6 +19,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import gymnasium as gym
@@ -153,15 +154,32 @@ class ModelBased:
         """model.lookahead: the ensemble as of its last finished fit, for the planners' replicas (published with
         the policy's weights); replaced, never mutated, so a reader on another thread holds a consistent copy."""
 
+    def _branches(self, env_steps: int) -> int:
+        """The branches ``env_steps`` real transitions are budgeted, ``rollouts_per_real`` each, in exact
+        arithmetic (``rollouts_per_vector_step`` 1,000 over 3 envs is 1000/3 a transition, not 333.33...).
+        """
+        return math.floor(Fraction(self.rollouts_per_real).limit_denominator(10**6) * max(env_steps, 0))
+
     def _branches_owed(self, env_steps: int) -> int:
         """``rollouts_per_real`` per real transition since the last rollouts, the fractions carried over (a budget
         of 0.5 branches per step starts one every other step, not none): the whole budget to ``env_steps``, less
-        the whole budget to the last rollouts.
+        the whole budget to the last rollouts. A fit that covered more than the model buffer keeps
+        (``epoch_length`` x ``retain_epochs`` env steps) owes what it keeps, at least one branch: the rest would
+        overwrite this rollout's own first steps, the ones nearest real states, and leave the deepest.
         """
-        def budget(steps: int) -> int:
-            return math.floor(self.rollouts_per_real * max(steps - self.budget_start, 0) + 1e-9)
-
-        return budget(env_steps) - budget(self.last_rollout_env_steps)
+        covered, kept = env_steps - self.last_rollout_env_steps, self.config.epoch_length * self.config.retain_epochs
+        owed = self._branches(env_steps - self.budget_start) - self._branches(self.last_rollout_env_steps -
+                                                                               self.budget_start)
+        if covered <= kept:
+            return owed
+        whole = max(self._branches(kept), 1)
+        if not self.capped_rollouts:
+            print(f"[mbpo] note: a model fit covered {covered:,} env steps, more than the model buffer keeps "
+                  f"(model.epoch_length x model.retain_epochs = {kept:,}): its rollouts start {whole:,} branches, "
+                  f"not {owed:,}, so that the buffer holds every step of them (raise model.retain_epochs to keep "
+                  "more; model_rollouts_capped counts such rollouts)", file=sys.stderr)
+        self.capped_rollouts += 1
+        return whole
 
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
@@ -267,22 +285,10 @@ class ModelBased:
         ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
         """
         num_starts = self._branches_owed(env_steps)
-        capacity = self._capacity(self.rollout_len)
         with self.lock:
             self._after_learner_reads()
-            self.model_buffer.resize(capacity)
+            self.model_buffer.resize(self._capacity(self.rollout_len))
             self._mark_written()
-        whole = capacity // self.rollout_len  # branches whose every step the buffer holds
-        if num_starts > whole:  # the rest would overwrite this rollout's own first steps, the ones nearest real
-            if not self.capped_rollouts:  # states, and leave the deepest (MBPO's buffer holds whole epochs)
-                held = self.config.epoch_length * self.config.retain_epochs
-                print(f"[mbpo] note: a model fit covered {env_steps - self.last_rollout_env_steps:,} env steps, more "
-                      f"than model.epoch_length x model.retain_epochs = {held:,}: its rollouts start {whole:,} "
-                      f"branches, as many as the model buffer holds whole, not {num_starts:,} (raise "
-                      "model.epoch_length or model.retain_epochs to keep more; rollouts_per_real_realised says how "
-                      "many start)", file=sys.stderr)
-            self.capped_rollouts += 1
-            num_starts = whole
         if num_starts <= 0:
             self.last_rollout_env_steps = env_steps
             return

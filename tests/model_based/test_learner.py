@@ -384,5 +384,16 @@ def test_a_rollout_larger_than_the_model_buffer_starts_only_branches_it_holds_wh
     held = mb.model_buffer.newest(len(mb.model_buffer))["obs"][:, 0]
     from_real_states = held == held.round()  # a first step starts from a real row's obs (an integer here)
     assert int(from_real_states.sum()) > 100
-    assert "its rollouts start 200 branches, as many as the model buffer holds whole, not 600" in \
+    assert "its rollouts start 200 branches, not 600, so that the buffer holds every step of them" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("per_real", "steps", "epoch_length", "expected"), [
+    (4.6, 100, 100, 460),  # a fit covering exactly what the buffer keeps is not capped (4.6 x 100 = 459.99...)
+    (1000 / 3, 98_361, 100_000, 32_787_000),  # 1,000 a vector step of 3 envs (in floats 32,786,999.99...)
+])
+def test_the_branch_budget_is_exact_where_it_is_a_whole_number(
+        per_real: float, steps: int, epoch_length: int, expected: int) -> None:
+    mb = _pendulum_model(f"model.rollouts_per_real={per_real}", "model.train_freq=100",
+                         f"model.epoch_length={epoch_length}", "model.retain_epochs=1")
+    assert mb._branches_owed(steps) == expected and mb.capped_rollouts == 0
