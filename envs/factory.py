@@ -120,11 +120,11 @@ def as_vec_env(obj: Any, device: str | torch.device = "cpu", seed: int | None = 
     adapter, kind = _adapter(obj, device, seed)
     what = "returned" if path is not None else "got"
     if adapter is None:
-        batched = getattr(getattr(obj, "unwrapped", obj), "num_envs", 1)  # before close(): Isaac Lab's reads its scene
-        if callable(getattr(obj, "close", None)):
+        batched = getattr(getattr(obj, "unwrapped", obj), "num_envs", None)  # before close(), which deletes the
+        if callable(getattr(obj, "close", None)):  # scene Isaac Lab's reads it from
             obj.close()  # e.g. a single gymnasium env: its simulator must not outlive the error
         hint = ""
-        if isinstance(obj, gym.Env) and isinstance(batched, int) and batched > 1:  # Isaac Lab's gym.make(task)
+        if isinstance(obj, gym.Env) and isinstance(batched, int):  # Isaac Lab's gym.make(task), one env or many
             hint = (f" (a gymnasium env of {batched} envs, as Isaac Lab's gym.make(task, cfg=...) builds: return it "
                     "wrapped in Isaac Lab's RslRlVecEnvWrapper (isaaclab_rl.rsl_rl), an rsl_rl VecEnv)")
         elif isinstance(obj, gym.Env):

@@ -141,16 +141,18 @@ def test_the_isaac_lab_recipe_starts_the_app_once_then_makes_and_wraps_the_task(
     again.close()
 
 
-def test_an_isaac_lab_env_returned_without_its_rsl_rl_wrapper_is_told_to_wrap_it(fake_isaaclab: None) -> None:
+@pytest.mark.parametrize("num_envs", [8, 1])
+def test_an_isaac_lab_env_returned_without_its_rsl_rl_wrapper_is_told_to_wrap_it(
+        fake_isaaclab: None, num_envs: int) -> None:
     """A batched gymnasium env (4,096 envs in one simulation) was told to make_vec num_envs copies of itself."""
     from types import SimpleNamespace
 
     from isaaclab.envs import ManagerBasedRLEnv
 
-    cfg = SimpleNamespace(scene=SimpleNamespace(num_envs=8), sim=SimpleNamespace(device="cpu"), episode_length=10,
-                          seed=0)
-    with pytest.raises(EnvFactoryError, match=r"returned isaaclab.envs.ManagerBasedRLEnv \(a gymnasium env of 8 envs, "
-                       r"as Isaac Lab's gym.make\(task, cfg=...\) builds: return it wrapped in Isaac Lab's "
-                       r"RslRlVecEnvWrapper \(isaaclab_rl.rsl_rl\), an rsl_rl VecEnv\)") as info:
+    cfg = SimpleNamespace(scene=SimpleNamespace(num_envs=num_envs), sim=SimpleNamespace(device="cpu"),
+                          episode_length=10, seed=0)
+    with pytest.raises(EnvFactoryError, match=rf"returned isaaclab.envs.ManagerBasedRLEnv \(a gymnasium env of "
+                       rf"{num_envs} envs, as Isaac Lab's gym.make\(task, cfg=...\) builds: return it wrapped in "
+                       r"Isaac Lab's RslRlVecEnvWrapper \(isaaclab_rl.rsl_rl\), an rsl_rl VecEnv\)") as info:
         envs.as_vec_env(ManagerBasedRLEnv(cfg), path="my_isaac:make_env")
     assert "make_vec" not in str(info.value)
