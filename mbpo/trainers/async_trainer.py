@@ -223,6 +223,8 @@ class AsyncTrainer(Trainer):
                             raise
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
+                        if not shut_down:  # the final row is not written: the checkpoint must not say it is done
+                            self._finished = False
                         try:  # the final row before the final checkpoint, as the SyncTrainer: a kill between
                             if shut_down and not failing:  # them leaves a row its resume writes again, never a
                                 row = self._log(logger, evaluated=evaluated, final=True)  # checkpoint without it

@@ -127,3 +127,28 @@ def test_a_run_dir_under_home_given_from_python_is_there(tmp_path: Path, monkeyp
     assert (tmp_path / "home" / "r" / "checkpoints").is_dir() and not (tmp_path / "~").exists()
     trainer = resume_trainer("~/r", ["total_env_steps=500"])
     assert trainer.run()["env_steps"] == 500
+
+
+def test_a_shutdown_that_fails_after_the_last_step_leaves_the_final_row_to_the_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The final checkpoint said the run was done, so its resume had nothing to do and the row was never written."""
+    from mbpo.config import load_config
+    from mbpo.run.checkpoint import load_latest
+    from mbpo.trainers import AsyncTrainer, resume_trainer
+
+    shutdown = AsyncTrainer._shutdown
+
+    def fails(self: AsyncTrainer) -> None:
+        shutdown(self)
+        raise RuntimeError("a worker's join failed")
+
+    monkeypatch.setattr(AsyncTrainer, "_shutdown", fails)
+    config = load_config("configs/cartpole_dqn.yaml", [*DQN[2:], "total_env_steps=500", "trainer=async",
+                                                       f"run_dir={tmp_path / 'r'}"])
+    with pytest.raises(RuntimeError, match="join failed"):
+        AsyncTrainer(config, tmp_path / "r").run()
+    monkeypatch.undo()
+    path, state = load_latest(tmp_path / "r" / "checkpoints")
+    assert path.name == "ckpt_000000000500.pt" and state["trainer"]["work_owed"]
+    assert resume_trainer(tmp_path / "r").run()["env_steps"] == 500
+    assert int(read_metrics(tmp_path / "r" / "metrics.csv")[-1]["env_steps"]) == 500
