@@ -99,7 +99,8 @@ class CollectorPool:
         """Restart failed collectors, deal with hung ones; raise CollectorFailure when the run cannot go on.
 
         A hung collector that can be killed (a process) is terminated and replaced like a failed one; a
-        thread cannot be killed, so it is abandoned (its env closed) and the run goes on with the rest.
+        thread cannot be killed, so it is abandoned (its env closed) and the run goes on with the rest, or, once
+        the rest have ended with budget left (the hung one's), with a new thread in its place (a restart).
         """
         now = self._observe()
         for cid, c in list(self.collectors.items()):
@@ -120,6 +121,13 @@ class CollectorPool:
                     self.log(f"[mbpo] collector {cid} is hung: {quiet}; going on with the rest")
         if len(self.hung) == len(self.collectors):
             raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
+        if self.hung and self.finished and not self.gate.budget_spent:
+            # the hung one's batch went back to the gate, and no collector is left running to take it: the run
+            # would end short of total_env_steps, and call itself done
+            cid = min(self.hung)
+            self.hung.discard(cid)
+            self._replace(cid, self.collectors[cid], f"collector {cid} hung with env steps of the budget left that "
+                          "no running collector will take", None)
 
     def _observe(self) -> float:
         """The time of this check; a gap since the last one longer than UNOBSERVED_S is set aside (and said, when

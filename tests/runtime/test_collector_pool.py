@@ -54,6 +54,8 @@ class SilentThread:
 
 
 class Gate:
+    budget_spent = True
+
     def release(self, transitions: int) -> None:
         pass
 
@@ -202,3 +204,38 @@ def test_a_fork_server_is_gone_once_it_ended_and_without_proc_once_it_is_reaped(
     assert not forkserver.server_gone(child.pid)  # a zombie still answers signal 0
     child.wait()
     assert forkserver.server_gone(child.pid)
+
+
+class Finished(SilentThread):
+    """A collector that took its last batch and ended normally."""
+
+    def is_alive(self) -> bool:
+        return False
+
+
+class BudgetLeft(Gate):
+    budget_spent = False  # the hung collector's batch went back to it
+
+
+@pytest.mark.parametrize("max_restarts", [1, 0])
+def test_a_hung_thread_whose_budget_no_running_collector_will_take_is_replaced(max_restarts: int) -> None:
+    """Collector 0 ended (the budget was reserved), then collector 1 was found hung and gave its batch back: the
+    run ended short of total_env_steps and called itself done.
+    """
+    clock, logs, made = Clock(), [], []
+
+    def make(cid: int, incarnation: int) -> SilentThread:
+        made.append((cid, incarnation))
+        return Finished(clock) if cid == 0 else SilentThread(clock)
+
+    pool = CollectorPool(2, make, BudgetLeft(), max_restarts=max_restarts,  # type: ignore[arg-type]
+                         timeout_s=TIMEOUT_S, log=logs.append, clock=clock)
+    pool.start()
+    if max_restarts == 0:
+        with pytest.raises(CollectorFailure, match="collector 1 hung with env steps of the budget left that no "
+                                                   "running collector will take; restart budget spent"):
+            checks_until(pool, clock, TIMEOUT_S + 1)
+        return
+    checks_until(pool, clock, TIMEOUT_S + 1)
+    assert made[-1] == (1, 1) and pool.restarts == 1 and not pool.hung
+
