@@ -279,10 +279,12 @@ class ModelBased:
         }
 
     def rollout(self, data: TensorDict, env_steps: int, policy: RolloutPolicy,
-                starts: torch.Tensor | None = None) -> None:
+                starts: torch.Tensor | None = None, should_stop: Callable[[], bool] | None = None) -> None:
         """Branched rollouts from states of the real ``data`` (uniformly from the rows ``starts`` indexes, or from
         all; :meth:`start_rows`): ``rollouts_per_real`` per real transition since the last call,
-        ``model.rollout_batch_size`` at a time, each step straight into the model buffer.
+        ``model.rollout_batch_size`` at a time, each step straight into the model buffer. ``should_stop()`` ends
+        them between two steps; then they count as not made (:attr:`rollouts_owed`: a resume makes them, its
+        branches beside the rows this one stored).
         """
         num_starts = self._branches_owed(env_steps)
         with self.lock:
@@ -314,9 +316,12 @@ class ModelBased:
             sink=self._store if n_step is None else n_step.step, branch_ids=n_step is not None,
             deterministic=c.deterministic_rollouts, keep_fraction=c.rollout_keep_fraction,
             uncertainty=UncertaintyThreshold(c.macura_quantile, c.macura_scale, tuple(past)) if c.macura else None,
+            should_stop=should_stop,
         )
         if n_step is not None:
             n_step.close()
+        if stats.stopped:
+            return
         if stats.uncertainty_border is not None and earlier:
             self.uncertainty_borders = [*past, stats.uncertainty_border][-earlier:]
         # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run

@@ -85,6 +85,8 @@ class RolloutStats:
     no live branch at the first step)."""
     uncertainty_threshold: float | None = None
     """MACURA: the threshold the branches' uncertainties were held below (None: off, or no live first step)."""
+    stopped: bool = False
+    """``should_stop()`` ended the rollout between two steps: the rows stored so far are all it made."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def branched_rollouts(
     keep_fraction: float = 1.0,
     uncertainty: UncertaintyThreshold | None = None,
     branch_ids: bool = False,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[TensorDict, RolloutStats]:
     """Roll ``length`` model steps from every row of ``start_obs``; return the kept transitions.
 
@@ -181,6 +184,7 @@ def branched_rollouts(
 
     ``branch_ids``: each transition carries its branch (its row of ``start_obs``) under
     :data:`mbpo.model_based.multi_step.BRANCH`, for a sink that follows branches (n-step model transitions).
+    ``should_stop()``, checked before each step, ends the rollout there (``stats.stopped``).
     """
     if keep_fraction < 1.0 and uncertainty is not None:
         raise ValueError("keep_fraction < 1 (M2AC) and an uncertainty threshold (MACURA) both end branches by the "
@@ -192,6 +196,9 @@ def branched_rollouts(
     branch = torch.arange(start_obs.shape[0], device=start_obs.device) if branch_ids else None
     for _ in range(length):
         if obs.shape[0] == 0:
+            break
+        if should_stop is not None and should_stop():  # a stopping run: a step of 100,000 branches takes seconds
+            stats.stopped = True
             break
         action = _act(policy, obs, policy.rollout_noise(obs.shape[0], generator), batch_size)
         score = None

@@ -101,7 +101,7 @@ class ModelWorker(ThreadWorker):
                         self.policy_version = latest.version
                     # Writes to the model buffer wait for the learner's reads (ModelBased.rollout) and
                     # publish buffer_ready for the learner's next sample.
-                    self.model.rollout(data, env_steps, self.rollout_agent, starts)
+                    self.model.rollout(data, env_steps, self.rollout_agent, starts, should_stop=self.stop.is_set)
                 finally:
                     self.lane.synchronize()  # the ensemble's state is complete before anyone reads it
         finally:  # a cycle that returns early or raises counts its seconds too, and none after it

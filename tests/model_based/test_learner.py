@@ -397,3 +397,22 @@ def test_the_branch_budget_is_exact_where_it_is_a_whole_number(
     mb = _pendulum_model(f"model.rollouts_per_real={per_real}", "model.train_freq=100",
                          f"model.epoch_length={epoch_length}", "model.retain_epochs=1")
     assert mb._branches_owed(steps) == expected and mb.capped_rollouts == 0
+
+
+def test_rollouts_a_stop_ends_between_two_steps_are_owed_to_the_resume() -> None:
+    """A stopping async run waited for the whole rollout (seconds a step at 100,000 branches), past its shutdown
+    timeout, and then wrote no final checkpoint.
+    """
+    mb = _pendulum_model("model.rollouts_per_real=4", "model.train_freq=50", "model.rollout_schedule=[0,1,3,3]")
+    data = _named_rows(mb, 50)
+    asked: list[int] = []
+
+    def stop_after_the_first_step() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    mb.rollout(data, 50, UniformPolicy(-2.0, 2.0), should_stop=stop_after_the_first_step)
+    assert len(asked) == 2 and 0 < len(mb.model_buffer) <= 200  # the first step's rows, of 4 x 50 branches
+    assert mb.rollouts_owed and mb.rollouts_started == 0 and mb.last_rollout_env_steps == mb.budget_start
+    mb.rollout(data, 50, UniformPolicy(-2.0, 2.0))  # the resume's
+    assert not mb.rollouts_owed and mb.rollouts_started == 200
