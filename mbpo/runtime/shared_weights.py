@@ -10,8 +10,10 @@ two publications overtake one copy. A learner that publishes faster than a
 reader copies (many cores, big snapshots, a small runtime.publish_every) could
 still overtake every copy: a reader overtaken :data:`STARVED_AFTER` times in a
 row says so in the shared counters, and the writer skips its publications
-until that reader has its copy. So the learner never waits and no reader
-starves; a skipped publication is only a later version sooner.
+until that reader has its copy, for at most :data:`READ_TIMEOUT_S` (by then a
+live reader has given up; one killed while it waited would otherwise hold the
+weights still for the rest of the run). So the learner never waits and no
+reader starves; a skipped publication is only a later version sooner.
 
 Counters are read and written under a ``spawn``-context lock (a memory
 barrier on every CPU), held for a few integers only. A reader killed inside
@@ -29,11 +31,23 @@ import torch
 
 from mbpo.runtime.timing import SEQLOCK_RETRY_S, STUCK_LOCK_S
 
-__all__ = ["SharedWeights", "STARVED_AFTER"]
+__all__ = ["SharedWeights", "STARVED_AFTER", "READ_TIMEOUT_S"]
 
 STARVED_AFTER = 3
 """Overtaken copies in a row after which a reader asks the writer to hold its publications."""
+READ_TIMEOUT_S = 10.0
+"""How long a read tries for a consistent copy, and so the longest a starved reader holds publications off."""
 
+
+
+def _unlock(lock: Any) -> None:
+    """Release ``lock``, which another process may have released for us: it took us for dead after STUCK_LOCK_S
+    (descheduled on a loaded machine), and a second release would raise in the learner.
+    """
+    try:
+        lock.release()
+    except ValueError:  # "semaphore or lock released too many times"
+        pass
 
 
 def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -69,16 +83,19 @@ class SharedWeights:
             self._layout.append((path, kind, t.dtype, tuple(t.shape)))
             buffers[name] = torch.zeros_like(t, device="cpu").contiguous().share_memory_()
         self._buffers = [buffers, {k: torch.zeros_like(v).share_memory_() for k, v in buffers.items()}]
-        # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1, starved readers]
-        self._meta = torch.tensor([0, 0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
+        # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1, starved readers,
+        #  when the newest of them asked (time.monotonic_ns, one clock for every process of the machine)]
+        self._meta = torch.tensor([0, 0, 0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
         self.skipped = 0
         """Publications this writer skipped for a starved reader."""
+        self.expired_holds = 0
+        """Holds this writer ended for their age: a reader that asked and then died (killed) never ends its own."""
         self._lock = ctx.Lock()
 
     def _locked(self) -> Any:
         """The counters' lock; a holder dead inside it (held past STUCK_LOCK_S) is released for it."""
         if not self._lock.acquire(timeout=STUCK_LOCK_S):
-            self._lock.release()  # see the module docstring
+            _unlock(self._lock)  # see the module docstring
             self._lock.acquire()
         return self._lock
 
@@ -87,7 +104,7 @@ class SharedWeights:
         try:
             return self._meta.tolist()
         finally:
-            lock.release()
+            _unlock(lock)
 
     def _bump(self, buffer: int, version: int | None = None) -> None:
         lock = self._locked()
@@ -97,7 +114,7 @@ class SharedWeights:
                 self._meta[3 + buffer] = version
                 self._meta[0] = buffer
         finally:
-            lock.release()
+            _unlock(lock)
 
     @property
     def version(self) -> int:
@@ -107,18 +124,23 @@ class SharedWeights:
     def _starving(self, change: int) -> None:
         lock = self._locked()
         try:
-            self._meta[5] += change
+            self._meta[5] = max(int(self._meta[5]) + change, 0)  # 0 once the writer ended an expired hold
+            if change > 0:
+                self._meta[6] = time.monotonic_ns()
         finally:
-            lock.release()
+            _unlock(lock)
 
     def write(self, version: int, snapshot: dict[str, Any]) -> None:
         """Publish ``snapshot`` as ``version`` (the learner's thread only), unless a reader was overtaken too often:
         then it is skipped and counted in ``skipped`` (the next publication carries a newer version anyway).
         """
         meta = self._read_meta()
-        if meta[5] > 0:
+        if meta[5] > 0 and time.monotonic_ns() - meta[6] < READ_TIMEOUT_S * 1e9:
             self.skipped += 1
             return
+        if meta[5] > 0:  # older than any live reader's wait: its reader died waiting
+            self.expired_holds += 1
+            self._starving(-meta[5])
         target = 1 - meta[0]  # the buffer readers are not directed to
         self._bump(target)  # odd: a write is in progress
         try:
@@ -128,7 +150,7 @@ class SharedWeights:
         finally:
             self._bump(target, version)  # even again; readers now go to this buffer
 
-    def read(self, known_version: int = -1, timeout: float = 10.0) -> tuple[int, dict[str, Any]] | None:
+    def read(self, known_version: int = -1, timeout: float = READ_TIMEOUT_S) -> tuple[int, dict[str, Any]] | None:
         """``(version, snapshot copy)`` if a version newer than ``known_version`` is published, else None."""
         deadline = time.monotonic() + timeout
         overtaken = 0

@@ -33,7 +33,7 @@ from mbpo.runtime.backends.process import ProcessCollector
 from mbpo.runtime.collectors import CpuSinceLast
 from mbpo.runtime.handoff import NotPlainError, check_plain
 from mbpo.runtime.proc_tree import descendants
-from mbpo.runtime.shared_weights import STARVED_AFTER, SharedWeights
+from mbpo.runtime.shared_weights import READ_TIMEOUT_S, STARVED_AFTER, SharedWeights, _unlock
 from mbpo.trainers import AsyncTrainer
 from tests.conftest import WorkerForkServer
 from tests.runtime.conftest import faulty, run_shm_files, shm_names
@@ -365,6 +365,39 @@ def test_a_reader_overtaken_again_and_again_holds_the_writer_off_until_it_has_it
     assert version == 1 + 2 * STARVED_AFTER  # the newest before the reader asked
     publish()
     assert weights.version == version + 3  # publishing resumed once the reader had its copy
+
+
+def test_a_hold_whose_reader_died_waiting_ends_once_no_live_reader_could_still_wait() -> None:
+    """A collector killed while it held the writer off (the OOM killer, an external kill) froze the weights every
+    later collector read for the rest of the run, without a word.
+    """
+    weights = SharedWeights({"w": torch.zeros(4)}, mp.get_context("spawn"))
+    weights.write(1, {"w": torch.ones(4)})
+    weights._starving(+1)  # a reader asks, and is killed before it ends its hold
+    weights.write(2, {"w": torch.full((4,), 2.0)})
+    assert weights.version == 1 and weights.skipped == 1  # held, while a live reader could still be waiting
+    weights._meta[6] -= int(READ_TIMEOUT_S * 1e9)  # as long ago as a live reader waits at most
+    weights.write(3, {"w": torch.full((4,), 3.0)})
+    assert weights.version == 3 and weights.expired_holds == 1 and weights._read_meta()[5] == 0
+    weights._starving(-1)  # a reader that was only slow ends its hold late: nothing goes below zero
+    weights._starving(+1)
+    weights.write(4, {"w": torch.full((4,), 4.0)})
+    assert weights.version == 3  # a new reader's hold holds
+
+
+def test_a_lock_holder_taken_for_dead_after_a_long_wait_releases_without_an_error() -> None:
+    """A holder descheduled past STUCK_LOCK_S on a loaded machine has its lock released by the next process that
+    wants it; its own release then raised 'released too many times' (in the learner, the run's end).
+    """
+    weights = SharedWeights({"w": torch.zeros(4)}, mp.get_context("spawn"))
+    held = weights._locked()  # the learner, about to be descheduled inside the lock
+    reader = threading.Thread(target=weights._read_meta)
+    reader.start()
+    reader.join(10)  # it waits STUCK_LOCK_S, takes the lock for the holder's, reads and releases
+    assert not reader.is_alive()
+    _unlock(held)  # the holder wakes and releases: no error
+    weights.write(1, {"w": torch.ones(4)})
+    assert weights.version == 1
 
 
 @pytest.mark.parametrize("fault, how", [("exit", "exited with code 3"), ("sigkill", "was killed by SIGKILL")])
