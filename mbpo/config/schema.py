@@ -404,7 +404,8 @@ class RuntimeConfig:
     collector_timeout_s: float = 60.0
     """A collector with no sign of progress for this long (no env step returned, no batch pushed, not
     waiting on the queue or the ratio gate) is hung: a process is terminated and replaced (counted as a
-    restart); a thread, which cannot be killed, is reported and the run goes on with the rest."""
+    restart); a thread, which cannot be killed, is reported and the run goes on with the rest (with a new thread,
+    a restart, once no other collector is left to take the env steps it gave back)."""
     max_restarts: int = 3
     """Collector failures restarted (from the latest snapshot) before the run stops with an error."""
     shutdown_timeout_s: float = 10.0

@@ -92,7 +92,14 @@ class CollectorPool:
 
     @property
     def finished(self) -> bool:
-        """Every live collector ran out of budget and exited normally."""
+        """Every live collector ran out of budget and exited normally, and no hung one gave back budget that is
+        still to collect (the next :meth:`check` replaces it).
+        """
+        if self.hung and not self.gate.budget_spent:
+            return False
+        return self._live_ended()
+
+    def _live_ended(self) -> bool:
         return all(not c.is_alive() and c.error is None for i, c in self.collectors.items() if i not in self.hung)
 
     def check(self) -> None:
@@ -119,15 +126,15 @@ class CollectorPool:
                 else:
                     self.hung.add(cid)
                     self.log(f"[mbpo] collector {cid} is hung: {quiet}; going on with the rest")
-        if len(self.hung) == len(self.collectors):
-            raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
-        if self.hung and self.finished and not self.gate.budget_spent:
-            # the hung one's batch went back to the gate, and no collector is left running to take it: the run
-            # would end short of total_env_steps, and call itself done
+        if self.hung and self._live_ended() and not self.gate.budget_spent:
+            # the hung one's batch went back to the gate, and no collector is left running to take it (the only
+            # one hung, or the others ended): without a new thread the run would end short of total_env_steps
             cid = min(self.hung)
             self.hung.discard(cid)
             self._replace(cid, self.collectors[cid], f"collector {cid} hung with env steps of the budget left that "
                           "no running collector will take", None)
+        if len(self.hung) == len(self.collectors):
+            raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
 
     def _observe(self) -> float:
         """The time of this check; a gap since the last one longer than UNOBSERVED_S is set aside (and said, when

@@ -217,25 +217,32 @@ class BudgetLeft(Gate):
     budget_spent = False  # the hung collector's batch went back to it
 
 
+@pytest.mark.parametrize("num_collectors", [2, 1])
 @pytest.mark.parametrize("max_restarts", [1, 0])
-def test_a_hung_thread_whose_budget_no_running_collector_will_take_is_replaced(max_restarts: int) -> None:
-    """Collector 0 ended (the budget was reserved), then collector 1 was found hung and gave its batch back: the
-    run ended short of total_env_steps and called itself done.
+def test_a_hung_thread_whose_budget_no_running_collector_will_take_is_replaced(
+        max_restarts: int, num_collectors: int) -> None:
+    """Collector 0 ended (the budget was reserved), then the last collector was found hung and gave its batch
+    back: the run ended short of total_env_steps and called itself done (a run of one collector ended on "all 1
+    collectors are hung" with restarts left). Until the next check replaces it the pool is not finished.
     """
     clock, logs, made = Clock(), [], []
+    hung = num_collectors - 1
 
     def make(cid: int, incarnation: int) -> SilentThread:
         made.append((cid, incarnation))
-        return Finished(clock) if cid == 0 else SilentThread(clock)
+        return SilentThread(clock) if cid == hung and incarnation == 0 else Finished(clock)
 
-    pool = CollectorPool(2, make, BudgetLeft(), max_restarts=max_restarts,  # type: ignore[arg-type]
+    pool = CollectorPool(num_collectors, make, BudgetLeft(), max_restarts=max_restarts,  # type: ignore[arg-type]
                          timeout_s=TIMEOUT_S, log=logs.append, clock=clock)
     pool.start()
     if max_restarts == 0:
-        with pytest.raises(CollectorFailure, match="collector 1 hung with env steps of the budget left that no "
-                                                   "running collector will take; restart budget spent"):
+        with pytest.raises(CollectorFailure, match=f"collector {hung} hung with env steps of the budget left that "
+                                                   "no running collector will take; restart budget spent"):
             checks_until(pool, clock, TIMEOUT_S + 1)
         return
+    pool.hung.add(hung)  # as a check finds it, before the one that replaces it
+    assert not pool.finished
+    pool.hung.clear()
     checks_until(pool, clock, TIMEOUT_S + 1)
-    assert made[-1] == (1, 1) and pool.restarts == 1 and not pool.hung
+    assert made[-1] == (hung, 1) and pool.restarts == 1 and not pool.hung
 
