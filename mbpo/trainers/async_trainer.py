@@ -202,6 +202,7 @@ class AsyncTrainer(Trainer):
                 evaluated = completed = False
                 try:
                     self._loop()
+                    cadence = self._periodic_steps  # where the cadence stood before the final evaluation
                     if self._loop_ended:
                         # The final policy (after the last updates) is evaluated when the cadence reaches the end,
                         # as the SyncTrainer does (an eval the cadence does not ask for is not free), before the
@@ -223,8 +224,9 @@ class AsyncTrainer(Trainer):
                             raise
                         print(f"[mbpo] during shutdown: {exc!r}", file=sys.stderr)
                     finally:
-                        if not shut_down:  # the final row is not written: the checkpoint must not say it is done
-                            self._finished = False
+                        if not shut_down and self._finished:  # the final row is not written: the checkpoint
+                            self._finished = False  # owes it, and the final evaluation the row shows
+                            self._periodic_steps = cadence
                         try:  # the final row before the final checkpoint, as the SyncTrainer: a kill between
                             if shut_down and not failing:  # them leaves a row its resume writes again, never a
                                 row = self._log(logger, evaluated=evaluated, final=True)  # checkpoint without it

@@ -150,5 +150,7 @@ def test_a_shutdown_that_fails_after_the_last_step_leaves_the_final_row_to_the_r
     monkeypatch.undo()
     path, state = load_latest(tmp_path / "r" / "checkpoints")
     assert path.name == "ckpt_000000000500.pt" and state["trainer"]["work_owed"]
-    assert resume_trainer(tmp_path / "r").run()["env_steps"] == 500
-    assert int(read_metrics(tmp_path / "r" / "metrics.csv")[-1]["env_steps"]) == 500
+    row = resume_trainer(tmp_path / "r").run()
+    assert row["env_steps"] == 500 and row["eval_return"] is not None  # the final evaluation too
+    last = read_metrics(tmp_path / "r" / "metrics.csv")[-1]
+    assert int(last["env_steps"]) == 500 and last["eval_return"] != ""
