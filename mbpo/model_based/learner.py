@@ -160,26 +160,27 @@ class ModelBased:
         """
         return math.floor(Fraction(self.rollouts_per_real).limit_denominator(10**6) * max(env_steps, 0))
 
-    def _branches_owed(self, env_steps: int) -> int:
+    def _branches_owed(self, env_steps: int) -> tuple[int, int | None]:
         """``rollouts_per_real`` per real transition since the last rollouts, the fractions carried over (a budget
         of 0.5 branches per step starts one every other step, not none): the whole budget to ``env_steps``, less
-        the whole budget to the last rollouts. A fit that covered more than the model buffer keeps
-        (``epoch_length`` x ``retain_epochs`` env steps) owes what it keeps, at least one branch: the rest would
-        overwrite this rollout's own first steps, the ones nearest real states, and leave the deepest.
+        the whole budget to the last rollouts; and None, or, where a fit covered more than the model buffer keeps
+        (``epoch_length`` x ``retain_epochs`` env steps), that count while what it keeps is started, at least one
+        branch: the rest would overwrite this rollout's own first steps, the ones nearest real states.
         """
         covered, kept = env_steps - self.last_rollout_env_steps, self.config.epoch_length * self.config.retain_epochs
         owed = self._branches(env_steps - self.budget_start) - self._branches(self.last_rollout_env_steps -
                                                                                self.budget_start)
-        if covered <= kept:
-            return owed
-        whole = max(self._branches(kept), 1)
+        return (owed, None) if covered <= kept else (max(self._branches(kept), 1), owed)
+
+    def _count_capped(self, covered: int, started: int, owed: int) -> None:
+        """A rollout that started fewer branches than owed (:meth:`_branches_owed`): counted, and said once."""
         if not self.capped_rollouts:
+            kept = self.config.epoch_length * self.config.retain_epochs
             print(f"[mbpo] note: a model fit covered {covered:,} env steps, more than the model buffer keeps "
-                  f"(model.epoch_length x model.retain_epochs = {kept:,}): its rollouts start {whole:,} branches, "
+                  f"(model.epoch_length x model.retain_epochs = {kept:,}): its rollouts started {started:,} branches, "
                   f"not {owed:,}, so that the buffer holds every step of them (raise model.retain_epochs to keep "
                   "more; model_rollouts_capped counts such rollouts)", file=sys.stderr)
         self.capped_rollouts += 1
-        return whole
 
     def _capacity(self, length: int) -> int:
         """Room for ``retain_epochs`` epochs of rollouts at this length (MBPO's model buffer size)."""
@@ -286,7 +287,7 @@ class ModelBased:
         them between two steps; then they count as not made (:attr:`rollouts_owed`: a resume makes them, its
         branches beside the rows this one stored).
         """
-        num_starts = self._branches_owed(env_steps)
+        num_starts, owed = self._branches_owed(env_steps)
         with self.lock:
             self._after_learner_reads()
             self.model_buffer.resize(self._capacity(self.rollout_len))
@@ -322,6 +323,8 @@ class ModelBased:
             n_step.close()
         if stats.stopped:
             return
+        if owed is not None:
+            self._count_capped(env_steps - self.last_rollout_env_steps, num_starts, owed)
         if stats.uncertainty_border is not None and earlier:
             self.uncertainty_borders = [*past, stats.uncertainty_border][-earlier:]
         # The env steps move with the branches they paid for: a metrics row read while the (async) rollouts run

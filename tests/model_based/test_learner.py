@@ -384,7 +384,7 @@ def test_a_rollout_larger_than_the_model_buffer_starts_only_branches_it_holds_wh
     held = mb.model_buffer.newest(len(mb.model_buffer))["obs"][:, 0]
     from_real_states = held == held.round()  # a first step starts from a real row's obs (an integer here)
     assert int(from_real_states.sum()) > 100
-    assert "its rollouts start 200 branches, not 600, so that the buffer holds every step of them" in \
+    assert "its rollouts started 200 branches, not 600, so that the buffer holds every step of them" in \
         capsys.readouterr().err
 
 
@@ -396,7 +396,7 @@ def test_the_branch_budget_is_exact_where_it_is_a_whole_number(
         per_real: float, steps: int, epoch_length: int, expected: int) -> None:
     mb = _pendulum_model(f"model.rollouts_per_real={per_real}", "model.train_freq=100",
                          f"model.epoch_length={epoch_length}", "model.retain_epochs=1")
-    assert mb._branches_owed(steps) == expected and mb.capped_rollouts == 0
+    assert mb._branches_owed(steps) == (expected, None)
 
 
 def test_rollouts_a_stop_ends_between_two_steps_are_owed_to_the_resume() -> None:
@@ -416,3 +416,13 @@ def test_rollouts_a_stop_ends_between_two_steps_are_owed_to_the_resume() -> None
     assert mb.rollouts_owed and mb.rollouts_started == 0 and mb.last_rollout_env_steps == mb.budget_start
     mb.rollout(data, 50, UniformPolicy(-2.0, 2.0))  # the resume's
     assert not mb.rollouts_owed and mb.rollouts_started == 200
+
+
+def test_a_capped_rollout_a_stop_cut_short_counts_once_with_its_resume() -> None:
+    mb = _pendulum_model("model.rollouts_per_real=4", "model.train_freq=50", "model.epoch_length=25",
+                         "model.retain_epochs=1", "model.rollout_schedule=[0,1,3,3]")
+    data = _named_rows(mb, 50)
+    mb.rollout(data, 50, UniformPolicy(-2.0, 2.0), should_stop=lambda: True)
+    assert mb.rollouts_owed and mb.metrics(50)["model_rollouts_capped"] == 0
+    mb.rollout(data, 50, UniformPolicy(-2.0, 2.0))
+    assert mb.rollouts_started == 100 and mb.metrics(50)["model_rollouts_capped"] == 1
