@@ -84,8 +84,9 @@ class SharedWeights:
             buffers[name] = torch.zeros_like(t, device="cpu").contiguous().share_memory_()
         self._buffers = [buffers, {k: torch.zeros_like(v).share_memory_() for k, v in buffers.items()}]
         # [newest buffer, sequence of buffer 0, sequence of buffer 1, version in 0, version in 1, starved readers,
-        #  when the newest of them asked (time.monotonic_ns, one clock for every process of the machine)]
-        self._meta = torch.tensor([0, 0, 0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
+        #  when the newest of them asked (time.monotonic_ns, one clock for every process of the machine),
+        #  generation of the holds (the writer ends expired ones by starting a new one)]
+        self._meta = torch.tensor([0, 0, 0, 0, 0, 0, 0, 0], dtype=torch.int64).share_memory_()
         self.skipped = 0
         """Publications this writer skipped for a starved reader."""
         self.expired_holds = 0
@@ -121,12 +122,32 @@ class SharedWeights:
         meta = self._read_meta()
         return meta[3 + meta[0]]
 
-    def _starving(self, change: int) -> None:
+    def _ask_to_hold(self) -> int:
+        """A starved reader asks the writer to hold its publications; returns the holds' generation it asked in."""
         lock = self._locked()
         try:
-            self._meta[5] = max(int(self._meta[5]) + change, 0)  # 0 once the writer ended an expired hold
-            if change > 0:
-                self._meta[6] = time.monotonic_ns()
+            self._meta[5] += 1
+            self._meta[6] = time.monotonic_ns()
+            return int(self._meta[7])
+        finally:
+            _unlock(lock)
+
+    def _end_hold(self, generation: int) -> None:
+        """The reader that asked in ``generation`` has its copy (or gave up); an ask the writer already ended for
+        its age (a newer generation) is not taken off another reader's.
+        """
+        lock = self._locked()
+        try:
+            if int(self._meta[7]) == generation:
+                self._meta[5] -= 1
+        finally:
+            _unlock(lock)
+
+    def _end_expired_holds(self) -> None:
+        lock = self._locked()
+        try:
+            self._meta[5] = 0
+            self._meta[7] += 1
         finally:
             _unlock(lock)
 
@@ -140,7 +161,7 @@ class SharedWeights:
             return
         if meta[5] > 0:  # older than any live reader's wait: its reader died waiting
             self.expired_holds += 1
-            self._starving(-meta[5])
+            self._end_expired_holds()
         target = 1 - meta[0]  # the buffer readers are not directed to
         self._bump(target)  # odd: a write is in progress
         try:
@@ -153,7 +174,7 @@ class SharedWeights:
     def read(self, known_version: int = -1, timeout: float = READ_TIMEOUT_S) -> tuple[int, dict[str, Any]] | None:
         """``(version, snapshot copy)`` if a version newer than ``known_version`` is published, else None."""
         deadline = time.monotonic() + timeout
-        overtaken = 0
+        overtaken, generation = 0, -1
         try:
             while True:
                 meta = self._read_meta()
@@ -167,14 +188,14 @@ class SharedWeights:
                         return version, self._unflatten(copies)
                 overtaken += 1
                 if overtaken == STARVED_AFTER:
-                    self._starving(+1)  # the writer holds its publications until this read is done
+                    generation = self._ask_to_hold()  # the writer holds its publications until this read is done
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no consistent weight snapshot could be read in {timeout} s (two "
                                        "publications overtook every copy: is runtime.publish_every very small?)")
                 time.sleep(SEQLOCK_RETRY_S)
         finally:
             if overtaken >= STARVED_AFTER:
-                self._starving(-1)
+                self._end_hold(generation)
 
     def _copy(self, buffer: int) -> dict[str, torch.Tensor]:
         """A copy of every tensor of ``buffer`` (the reader's side of the seqlock)."""

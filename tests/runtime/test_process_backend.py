@@ -373,16 +373,19 @@ def test_a_hold_whose_reader_died_waiting_ends_once_no_live_reader_could_still_w
     """
     weights = SharedWeights({"w": torch.zeros(4)}, mp.get_context("spawn"))
     weights.write(1, {"w": torch.ones(4)})
-    weights._starving(+1)  # a reader asks, and is killed before it ends its hold
+    slow = weights._ask_to_hold()  # a reader asks, and is killed (or only very slow) before it ends its hold
     weights.write(2, {"w": torch.full((4,), 2.0)})
     assert weights.version == 1 and weights.skipped == 1  # held, while a live reader could still be waiting
     weights._meta[6] -= int(READ_TIMEOUT_S * 1e9)  # as long ago as a live reader waits at most
     weights.write(3, {"w": torch.full((4,), 3.0)})
     assert weights.version == 3 and weights.expired_holds == 1 and weights._read_meta()[5] == 0
-    weights._starving(-1)  # a reader that was only slow ends its hold late: nothing goes below zero
-    weights._starving(+1)
+    newer = weights._ask_to_hold()  # another reader asks; then the slow one ends its expired hold, late
+    weights._end_hold(slow)
     weights.write(4, {"w": torch.full((4,), 4.0)})
-    assert weights.version == 3  # a new reader's hold holds
+    assert weights.version == 3  # the new reader's hold holds
+    weights._end_hold(newer)
+    weights.write(5, {"w": torch.full((4,), 5.0)})
+    assert weights.version == 5
 
 
 def test_a_lock_holder_taken_for_dead_after_a_long_wait_releases_without_an_error() -> None:
