@@ -37,7 +37,7 @@ class _BlockingModel:
         self.entered.set()
         assert self.release.wait(20)
 
-    def rollout(self, *args: Any) -> None:
+    def rollout(self, *args: Any, **kwargs: Any) -> None:
         pass
 
 
