@@ -35,6 +35,16 @@ def test_a_discrete_action_outside_the_space_is_named_with_its_row_and_the_range
         check_transitions(batch([-1]), "here", torch.device("cpu"), 4, gym.spaces.Discrete(2))
 
 
+def test_a_hand_off_to_the_cpu_spelled_cpu_0_passes_and_one_to_another_device_does_not() -> None:
+    """Debug mode's checks refused an env on 'cpu:0' at every hand-off ('obs is on cpu; expected cpu:0'), on
+    every backend: each runs this check where a batch changes hands.
+    """
+    check_transitions(batch([0, 1]), "here", torch.device("cpu:0"), 4, gym.spaces.Discrete(2))
+    check_transitions(batch([0, 1]), "here", "cpu:0", 4, gym.spaces.Discrete(2))
+    with pytest.raises(HandoffError, match="here: obs is on cpu; expected meta"):
+        check_transitions(batch([0, 1]), "here", torch.device("meta"), 4, gym.spaces.Discrete(2))
+
+
 def test_the_bad_action_fault_edits_the_handed_tensor_and_steps_with_the_original() -> None:
     env = FaultyEnv(envs.make("CartPole-v1", 3, seed=0), "bad_action", at_step=2, env_index=1)
     twin = envs.make("CartPole-v1", 3, seed=0)

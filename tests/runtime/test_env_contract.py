@@ -199,23 +199,20 @@ def test_an_env_without_a_time_limit_of_its_own_trains_and_evaluates(
     assert json.loads(out.strip().splitlines()[-1])["last_eval_env_steps"] == 64
 
 
-def train_with(breaks: str, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-               *overrides: str) -> tuple[int, str, str]:
+def train_with(breaks: str, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """``mbpo train`` on the factory's env broken by ``breaks`` in the way of ``run``: exit code, stdout, stderr."""
-    code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], *overrides,
-                     f"run_dir={tmp_path / 'r'}"])
+    code = cli.main(["train", *FACTORY, f"env.kwargs.breaks={breaks}", *TINY, *RUNS[run], f"run_dir={tmp_path / 'r'}"])
     out, err = capsys.readouterr()
     return code, out, err
 
 
-@pytest.mark.parametrize("debug", [False, True], ids=["", "debug"])
 @pytest.mark.parametrize("run", list(RUNS))
 def test_a_device_in_another_spelling_is_that_device(
-        run: str, debug: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``env.device = 'cpu:0'`` names the CPU: the run trains, as with ``'cpu'``, and in debug mode, whose checks
-    at every hand-off refused it ('obs is on cpu; expected cpu:0').
+        run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``env.device = 'cpu:0'`` names the CPU: the run trains, as with ``'cpu'`` (debug mode's hand-off checks:
+    tests/device/test_checks.py).
     """
-    code, out, err = train_with("device_cpu0", run, tmp_path, capsys, *(["debug=true"] if debug else []))
+    code, out, err = train_with("device_cpu0", run, tmp_path, capsys)
     assert code == 0 and not error_lines(err), err[-3000:]
     assert json.loads(out.strip().splitlines()[-1])["env_steps"] == 64
 
