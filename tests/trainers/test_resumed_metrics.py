@@ -64,11 +64,12 @@ def test_a_trainer_built_from_python_never_overwrites_a_run_in_its_dir(tmp_path:
 
 
 @pytest.mark.parametrize("trainer", ["sync", "async"])
-def test_the_final_row_is_written_before_the_final_checkpoint(
+def test_the_final_row_is_written_before_the_final_checkpoint_also_by_a_run_started_in_an_except_block(
         tmp_path: Path, trainer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kill between them then leaves a row that the resume from the checkpoint before writes again; the other
     way round (the async trainer's order) it left a final checkpoint whose row, the run's last evaluation, no
-    resume ever wrote.
+    resume ever wrote. A caller's handled exception is not the run's failure (the async trainer read
+    sys.exc_info(): no final row, and run() raised UnboundLocalError).
     """
     from mbpo.config import load_config
     from mbpo.run.metrics import MetricsLogger
@@ -90,25 +91,11 @@ def test_the_final_row_is_written_before_the_final_checkpoint(
     monkeypatch.setattr(Trainer, "save", saved)
     config = load_config("configs/cartpole_dqn.yaml", [*DQN[2:], "total_env_steps=500", f"trainer={trainer}",
                                                        f"run_dir={tmp_path / 'r'}"])
-    trainer_class(config)(config, tmp_path / "r").run()
-    assert events[-2:] == [("row", 500), ("checkpoint", 500)], events
-
-
-
-@pytest.mark.parametrize("trainer", ["sync", "async"])
-def test_a_run_started_in_a_callers_except_block_ends_as_any_run(tmp_path: Path, trainer: str) -> None:
-    """A caller's handled exception is not the run's failure (the async trainer read sys.exc_info(): no final row,
-    and run() raised UnboundLocalError).
-    """
-    from mbpo.config import load_config
-    from mbpo.trainers import trainer_class
-
-    config = load_config("configs/cartpole_dqn.yaml", [*DQN[2:], "total_env_steps=500", f"trainer={trainer}",
-                                                       f"run_dir={tmp_path / 'r'}"])
     try:
         raise FileNotFoundError("no run to resume: train one")
     except FileNotFoundError:
         row = trainer_class(config)(config, tmp_path / "r").run()
+    assert events[-2:] == [("row", 500), ("checkpoint", 500)], events
     assert row["env_steps"] == 500 and int(read_metrics(tmp_path / "r" / "metrics.csv")[-1]["env_steps"]) == 500
 
 
