@@ -115,7 +115,12 @@ class EpisodeRecorder:
         self.frames = 0
 
     def __call__(self, running: torch.Tensor) -> None:
-        """Append one frame: the current state of each recorded env still ``running``; the others hold theirs."""
+        """Append one frame: the current state of each recorded env still ``running``; the others hold theirs.
+        Once no recorded env runs, nothing (the evaluation's other envs may run on: an eval video of env 0 ends
+        with its episode).
+        """
+        if self._last and not any(bool(running[i]) for i in self.env_ids):
+            return
         cells = []
         for i in self.env_ids:
             if bool(running[i]) or i not in self._last:

@@ -134,3 +134,16 @@ def test_eval_videos_are_named_by_env_steps_and_film_the_first_env(tmp_path: Pat
         evaluate_episodes(Push(0.5), env, seed=0, frames=recorder)  # type: ignore[arg-type]
     frames = imageio.imread(tmp_path / "videos" / "eval_1500.mp4", index=None)
     assert recorder.env_ids == [0] and frames.shape == (25, 160, 640, 3)  # one env, PointMass's 25 steps
+
+
+@MP4
+def test_an_eval_video_of_env_0_ends_with_its_episode_not_the_longest(tmp_path: Path) -> None:
+    """It ran as long as the longest of the evaluation's episodes, env 0's last frame held dimmed for the rest."""
+    env = envs.make("CartPole-v1", 4, seed=0)
+    env.reset(seed=0)
+    recorder = EvalVideos(tmp_path / "videos", env).recorder(100)
+    with recorder:
+        episodes = evaluate_episodes(Push(1), env, seed=4, frames=recorder)  # type: ignore[arg-type]
+    assert episodes.lengths[0] < max(episodes.lengths)  # env 0's episode is the shortest (8 of 8-11 steps)
+    frames = imageio.imread(tmp_path / "videos" / "eval_100.mp4", index=None)
+    assert len(frames) == recorder.frames == episodes.lengths[0]
