@@ -4,6 +4,7 @@
 ``at_step``-th ``step`` call (counting from 1), then:
 
 * ``raise``: raises :class:`InjectedFault`;
+* ``broken_pipe``: raises ``BrokenPipeError`` (a simulator over a socket whose connection broke);
 * ``hang``: blocks until :meth:`FaultyEnv.close` (or ``hang_s`` passes), like a stuck simulator;
 * ``nan_obs`` / ``nan_reward``: returns NaN in row ``env_index`` of the observation / reward;
 * ``slow``: sleeps ``delay_s`` in every step from ``at_step`` on (a slow simulator);
@@ -39,7 +40,7 @@ from envs.base import StepResult, VecEnv
 
 __all__ = ["FaultyEnv", "FaultyFactory", "InjectedFault", "FAULTS", "faulty"]
 
-FAULTS = ("raise", "hang", "nan_obs", "nan_reward", "slow", "busy", "exit", "sigkill", "bad_action")
+FAULTS = ("raise", "broken_pipe", "hang", "nan_obs", "nan_reward", "slow", "busy", "exit", "sigkill", "bad_action")
 EXIT_CODE = 3
 
 
@@ -91,6 +92,8 @@ class FaultyEnv(VecEnv):
         self.fired = True
         if self.fault == "raise":
             raise InjectedFault(f"injected fault at step {self.steps}")
+        if self.fault == "broken_pipe":  # a simulator over a socket, a vector env whose worker died
+            raise BrokenPipeError(f"injected: the simulator's connection broke at step {self.steps}")
         if self.fault == "exit":
             os._exit(EXIT_CODE)
         if self.fault == "sigkill":

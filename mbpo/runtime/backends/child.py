@@ -96,10 +96,10 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
         seed = setup.stream_seed(spec.action_seed)
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
         stepper = EnvStepper(cid, setup, env, policy, seed, beat)
-        conn.send(("ready", os.getpid()))
+        _to_trainer(conn, ("ready", os.getpid()))
         cpu_since_last = CpuSinceLast()
         while True:
-            message = conn.recv()
+            message = _from_trainer(conn)
             if message[0] == "stop":
                 return
             _, first, granted, slot = message
@@ -111,10 +111,10 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
                 check_transitions(batch.data, f"collector {cid} -> ring slot {slot}", env.device, env.obs_dim,
                                   env.action_space)
             ring.write(slot, batch.data)
-            conn.send(("batch", slot, batch.data.shape[0], batch.policy_version, batch.episode_returns,
-                       batch.env_steps, batch.dropped_nonfinite, batch.created_at, batch.started_at, batch.env_s,
-                       batch.act_s, batch.planned, cpu_since_last()))
-    except (EOFError, BrokenPipeError):
+            _to_trainer(conn, ("batch", slot, batch.data.shape[0], batch.policy_version, batch.episode_returns,
+                               batch.env_steps, batch.dropped_nonfinite, batch.created_at, batch.started_at,
+                               batch.env_s, batch.act_s, batch.planned, cpu_since_last()))
+    except TrainerGone:
         return  # the trainer is gone or has closed our pipe: nothing left to report to
     except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which decides
         import traceback
@@ -128,6 +128,26 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
     finally:
         if env is not None:
             env.close()
+
+
+class TrainerGone(Exception):
+    """The pipe to the trainer broke: it is gone, or closed our end. Apart from an env's own EOFError or
+    BrokenPipeError (a simulator over a socket, a vector env whose worker died), which is reported.
+    """
+
+
+def _to_trainer(conn: Connection, message: tuple[Any, ...]) -> None:
+    try:
+        conn.send(message)
+    except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+        raise TrainerGone from exc
+
+
+def _from_trainer(conn: Connection) -> Any:
+    try:
+        return conn.recv()
+    except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+        raise TrainerGone from exc
 
 
 def _die_with_parent(trainer_pid: int) -> None:
