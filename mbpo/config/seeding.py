@@ -8,11 +8,13 @@ are built in, and no stream is a magic offset of another.
 
 from __future__ import annotations
 
+import random
 import zlib
 
 import numpy as np
+import torch
 
-__all__ = ["derive"]
+__all__ = ["derive", "seed_everything"]
 
 
 def derive(seed: int, *path: str | int) -> int:
@@ -22,3 +24,17 @@ def derive(seed: int, *path: str | int) -> int:
     key = tuple(zlib.crc32(p.encode()) if isinstance(p, str) else int(p) for p in path)
     state = np.random.SeedSequence(int(seed), spawn_key=key).generate_state(1, dtype=np.uint32)
     return int(state[0] >> np.uint32(1))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed the process-global generators, for third-party code that draws from them (some simulators do): the
+    trainer's from the run seed, each collector process's and Ray actor's from its own env's stream (they start
+    from one fork server's state, so unseeded they would all draw alike, and a restart would replay its episodes).
+
+    Nothing of ours reads them: every stream of the trainer has its own generator,
+    so building an env that reseeds the globals (mjlab does) changes no draw of ours.
+    """
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+

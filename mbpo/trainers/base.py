@@ -8,7 +8,6 @@ share one format and their metrics rows one set of columns.
 from __future__ import annotations
 
 import contextlib
-import random
 import sys
 import time
 from collections import deque
@@ -23,7 +22,7 @@ import torch
 import envs
 from mbpo.agents import make_agent
 from mbpo.config import Config, ConfigError, checked_copy, rollouts_per_transition, to_yaml, updates_per_transition
-from mbpo.config.seeding import derive
+from mbpo.config.seeding import derive, seed_everything
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
 from mbpo.device.plan import DevicePlan
 from mbpo.device.precision import resolve_precision
@@ -70,17 +69,6 @@ dynamics model (training and rollouts), evaluation."""
 INTERVAL_COLUMNS = frozenset({*RATE_COLUMNS, *(f"time_{part}_s" for part in TIME_PARTS)})
 """Row columns measured over the process's own interval (what a resume's row must not put over an earlier one)."""
 DRAW_ROWS = 8192  # policy batches are drawn up to this many transitions at a time (bounded memory)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed the process-global generators, for third-party code that draws from them (some simulators do).
-
-    Nothing of ours reads them: every stream of the trainer has its own generator,
-    so building an env that reseeds the globals (mjlab does) changes no draw of ours.
-    """
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def crossed(before: int, after: int, every: int) -> bool:

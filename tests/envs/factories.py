@@ -185,6 +185,18 @@ def reports_where_it_runs(num_envs: int, device: str, seed: int) -> envs.VecEnv:
     return ours(num_envs, device, seed)
 
 
+def reports_global_draws(num_envs: int, device: str, seed: int) -> envs.VecEnv:
+    """``ours``, after one line on stderr with a draw from numpy's and torch's process-global generators, as a
+    simulator that draws from them would make.
+    """
+    import os
+    import sys
+
+    print(f"[globals] pid {os.getpid()} {np.random.uniform():.12f} {float(torch.rand(())):.12f}", file=sys.stderr,
+          flush=True)
+    return ours(num_envs, device, seed)
+
+
 class FinishedRowsOnly(envs.VecEnv):
     """A VecEnv that fills ``info["final_obs"]`` for finished envs only (zeros elsewhere, as the contract allows)
     and, with ``lost``, reports those rows as placeholders (``final_obs_valid`` False, as rsl_rl envs without

@@ -261,6 +261,34 @@ def test_a_collector_process_sees_the_trainers_environment_and_stderr_at_its_run
     assert children and all(line.endswith("MBPO_PROBE=set after the server started") for line in children), lines
 
 
+def test_collector_processes_seed_their_global_generators_each_from_its_own_stream(
+        tiny_config: Callable[..., Config], tmp_path: Path) -> None:
+    """Forked from one server, every collector process (and every restart) drew alike from numpy's and torch's
+    globals, from the server's import-time state: two collectors stepped identical episodes of a simulator that
+    draws from them, and two runs with one seed differed.
+    """
+    def draws(run: str) -> list[str]:
+        cfg = tiny_config("runtime.backend=process", "runtime.num_collectors=2", "total_env_steps=64",
+                          "env.factory=tests.envs.factories:reports_global_draws", "env.id=Globals-v0",
+                          f"run_dir={tmp_path / run}")
+        redirected = tmp_path / f"{run}.txt"
+        saved = os.dup(2)
+        try:
+            with open(redirected, "w") as f:
+                os.dup2(f.fileno(), 2)
+            AsyncTrainer(cfg, cfg.run_dir).run()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        lines = redirected.read_text().splitlines()
+        return sorted(line.split(" ", 3)[3] for line in lines
+                      if line.startswith("[globals] pid ") and not line.startswith(f"[globals] pid {os.getpid()} "))
+
+    first = draws("first")
+    assert len(first) == 2 and first[0] != first[1]  # one draw per collector, each its own
+    assert draws("again") == first  # and the run's seed repeats them
+
+
 @pytest.mark.parametrize("name, exits", [("mbpo-collector-0.0", True), ("SpawnPoolWorker-1", False),
                                          ("MainProcess", False)])
 def test_only_a_collector_process_that_imports_main_exits_78(

@@ -26,6 +26,7 @@ import gymnasium as gym
 import torch
 
 from mbpo.config import EnvConfig
+from mbpo.config.seeding import derive, seed_everything
 from mbpo.errors import MbpoError
 from mbpo.runtime.backends.forkserver import SERVER_BLOCKS, leave_the_fork_server_alone
 from mbpo.runtime.collectors import CollectorSetup, CpuSinceLast, EnvStepper
@@ -92,6 +93,7 @@ def collector_main(spec: ChildSpec, conn: Connection, ring: SharedRing, weights:
             beats[cid] = time.monotonic()
 
         beat()
+        seed_everything(derive(spec.env_seed, "globals"))  # before the env: a simulator may draw from them
         env = spec.build_env()
         seed = setup.stream_seed(spec.action_seed)
         policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)

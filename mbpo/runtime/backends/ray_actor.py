@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mbpo.config.seeding import derive, seed_everything
 from mbpo.runtime.backends.child import ChildSpec
 
 __all__ = ["CollectorActor", "to_numpy", "to_torch"]
@@ -65,6 +66,7 @@ class CollectorActor:
         self.env: Any = None
         self._init_error: BaseException | None = None
         try:
+            seed_everything(derive(spec.env_seed, "globals"))  # before the env: a simulator may draw from them
             self.env = spec.build_env()
             seed = setup.stream_seed(spec.action_seed)
             policy = make_agent(setup.agent, setup.observation_space, setup.action_space, "cpu", seed)
