@@ -333,3 +333,39 @@ def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, sig
     assert ckpts and ckpts[-1].name == f"ckpt_{result['env_steps']:012d}.pt"
     assert still_listening(opened) == {}  # the private Ray it started is gone
 
+
+
+def test_an_actor_runs_the_batches_in_the_order_asked_whichever_call_starts_first() -> None:
+    """Ray may start the later of two asked-for batches first (the earlier waits for its weights' object): that
+    batch acted with older weights, and errors named another env step. Without Ray: the actor's method as Ray's
+    two threads would call it, the later turn first.
+    """
+    import threading
+    from types import SimpleNamespace
+
+    import torch
+    from tensordict import TensorDict
+
+    from mbpo.runtime.backends.ray_actor import CollectorActor
+
+    ran: list[int] = []
+
+    def collect(first: int, vector_steps: int) -> SimpleNamespace:
+        ran.append(first)
+        return SimpleNamespace(data=TensorDict({"obs": torch.zeros(2, 1)}, batch_size=[2]), policy_version=0,
+                               episode_returns=[], env_steps=2, dropped_nonfinite=0, created_at=1.0, started_at=0.0,
+                               env_s=0.0, act_s=0.0, planned=0)
+
+    actor = CollectorActor.__new__(CollectorActor)  # its env and policy are not what this is about
+    actor._turn, actor._turns = 0, threading.Condition()
+    actor.stepper = SimpleNamespace(collect=collect, use_weights=lambda version, weights: None)  # type: ignore
+    actor.env = SimpleNamespace(num_envs=2)
+    actor.spec = SimpleNamespace(setup=SimpleNamespace(debug=False))  # type: ignore[assignment]
+    actor._cpu_since_last = lambda: 0.0  # type: ignore[assignment,method-assign]
+    later = threading.Thread(target=actor.collect, args=(1, 2, 2, 0, None))
+    later.start()
+    later.join(0.2)  # it waits for the earlier turn
+    assert later.is_alive() and ran == []
+    actor.collect(0, 0, 2, 0, None)
+    later.join(10)
+    assert ran == [0, 2] and actor._turn == 2

@@ -147,6 +147,8 @@ class RayCollector(CollectorLoop):
         self.node_ids: set[str] = set()
         """Nodes whose data this collector's batches carry (one actor, one node)."""
         self._actor_version = 0
+        self._turns = 0
+        """Batches asked of this incarnation's actor so far: each call carries its turn (CollectorActor.collect)."""
         self._closed = False
 
     # -- the Collector protocol --------------------------------------------------------
@@ -178,11 +180,12 @@ class RayCollector(CollectorLoop):
                 print(f"[mbpo debug] collector {self.collector_id} (pid {self.pid}): {line}", file=sys.stderr)
 
     def _submit(self, first: int, granted: int) -> Any:
-        """Ask the actor for a batch (it runs its batches one after another, in order)."""
+        """Ask the actor for a batch (it runs its batches one after another, in the order asked)."""
         version, ref = self.backend.newest_weights()
         weights = ref if version != self._actor_version else None  # only when the actor's are older
         self._actor_version = version
-        return self.actor.collect.remote(first, granted, version, weights)
+        turn, self._turns = self._turns, self._turns + 1
+        return self.actor.collect.remote(turn, first, granted, version, weights)
 
     def _finish(self, ref: Any) -> CollectorBatch:
         from tensordict import TensorDict
@@ -245,8 +248,9 @@ class RayCollector(CollectorLoop):
 
 
 def _ordered(ray: Any) -> type:
-    """The actor class with ``collect`` in a concurrency group of one: its batches run one at a time, in the
-    order asked, while the heartbeat is answered from the default group.
+    """The actor class with ``collect`` in a concurrency group of two (the driver asks one batch ahead): the
+    later call waits its turn while the earlier one runs (Ray may start it first), and the heartbeat is answered
+    from the default group.
     """
 
     class OrderedCollectorActor(CollectorActor):
@@ -283,7 +287,7 @@ class RayBackend:
                                 f"runtime.ray.address={config.address}; call ray.shutdown() first, or drop the key")
         self.actor_class = self.ray.remote(
             num_cpus=config.num_cpus_per_collector, num_gpus=config.num_gpus_per_collector, max_concurrency=2,
-            concurrency_groups={"collect": 1}, max_restarts=0)(_ordered(self.ray))
+            concurrency_groups={"collect": RayCollector.depth}, max_restarts=0)(_ordered(self.ray))
         self._lock = threading.Lock()
         self._newest: tuple[int, Any] = (0, None)
         weights.add_mirror(self._put)

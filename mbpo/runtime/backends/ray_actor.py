@@ -11,6 +11,7 @@ own transport of arrays and plain data. The actor runs two threads
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from typing import Any
@@ -65,6 +66,8 @@ class CollectorActor:
         self._cpu_since_last = CpuSinceLast()
         self.env: Any = None
         self._init_error: BaseException | None = None
+        self._turn, self._turns = 0, threading.Condition()
+        """The driver's next batch (:meth:`collect`), and the condition its calls wait on."""
         try:
             seed_everything(derive(spec.env_seed, "globals"))  # before the env: a simulator may draw from them
             self.env = spec.build_env()
@@ -97,19 +100,32 @@ class CollectorActor:
     def seconds_since_step(self) -> float:
         return time.monotonic() - self._stepped  # relative: clocks of different machines are not compared
 
-    def collect(self, first: int, granted: int, version: int, weights: dict[str, Any] | None) -> dict[str, Any]:
-        if weights is not None:
-            self.stepper.use_weights(version, to_torch(weights))
-        batch = self.stepper.collect(first, granted // self.env.num_envs)
-        if self.spec.setup.debug:
-            from mbpo.device.checks import check_transitions
+    def collect(self, turn: int, first: int, granted: int, version: int,
+                weights: dict[str, Any] | None) -> dict[str, Any]:
+        """The driver's ``turn``-th batch (from 0), run after the one before it: Ray may start the later of two
+        calls first (the earlier one waits for its weights' object), so each waits its turn.
+        """
+        with self._turns:
+            while self._turn != turn:
+                self._turns.wait()
+        try:
+            if weights is not None:
+                self.stepper.use_weights(version, to_torch(weights))
+            batch = self.stepper.collect(first, granted // self.env.num_envs)
+            if self.spec.setup.debug:
+                from mbpo.device.checks import check_transitions
 
-            check_transitions(batch.data, f"collector {self.spec.collector_id} -> object store", self.env.device,
-                              self.env.obs_dim, self.env.action_space)
-        return {"data": to_numpy(batch.data.to_dict()), "policy_version": batch.policy_version,
-                "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
-                "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at,
-                "env_s": batch.env_s, "act_s": batch.act_s, "planned": batch.planned, "cpu_s": self._cpu_since_last()}
+                check_transitions(batch.data, f"collector {self.spec.collector_id} -> object store",
+                                  self.env.device, self.env.obs_dim, self.env.action_space)
+            return {"data": to_numpy(batch.data.to_dict()), "policy_version": batch.policy_version,
+                    "episode_returns": batch.episode_returns, "env_steps": batch.env_steps,
+                    "dropped": batch.dropped_nonfinite, "seconds": batch.created_at - batch.started_at,
+                    "env_s": batch.env_s, "act_s": batch.act_s, "planned": batch.planned,
+                    "cpu_s": self._cpu_since_last()}
+        finally:
+            with self._turns:
+                self._turn = turn + 1
+                self._turns.notify_all()
 
     def close(self) -> None:
         if self.env is not None:
