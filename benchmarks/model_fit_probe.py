@@ -42,7 +42,7 @@ import torch
 from mbpo.config import ModelConfig, config_from_yaml
 from mbpo.models.ensemble import DynamicsEnsemble
 from mbpo.models.sampling import one_vs_rest_kl
-from mbpo.models.training import fit_data, select_elites, train_epoch
+from mbpo.models.training import fit_data, holdout_split, select_elites, train_epoch
 from mbpo.run.provenance import machine
 
 FUTURE_ROWS = 2500
@@ -132,9 +132,9 @@ def probe(rows: dict[str, torch.Tensor], model_config: ModelConfig, split: int, 
     past, future = slice(0, split), slice(split, split + FUTURE_ROWS)
     x, target, _, _ = fit_data(model, obs[past], action[past], reward[past], next_obs[past], None, None)
     gen = torch.Generator().manual_seed(seed)
-    n_hold = min(int(split * model_config.holdout_ratio), model_config.max_holdout)
-    perm = torch.randperm(split, generator=gen)
-    hold, train = perm[:n_hold], perm[n_hold:]
+    hold, train = holdout_split(split, model_config, gen)
+    model.normalizer.fit(x[train])
+    x = model.normalizer.normalize(x)
     boot = torch.randint(len(train), (model.ensemble_size, len(train)), generator=gen)
     x_future = model.normalizer.normalize(model.inputs(obs[future], action[future]))
     t_future = model.targets(obs[future], reward[future], next_obs[future])

@@ -309,7 +309,7 @@ class DynamicsEnsemble(nn.Module):
     ) -> dict[str, Any]:  # fmt: skip
         """Train on ``N`` real transitions until early stopping, ``max_epochs``, ``max_grad_steps`` or
         ``should_stop()`` (checked every step), keep each member's best epoch, pick elites (the loop:
-        :func:`~mbpo.models.training.fit_ensemble`; here the checks, targets and the normaliser refit).
+        :func:`~mbpo.models.training.fit_ensemble`, which also refits the normaliser; here the checks and targets).
 
         ``next_obs_valid`` (bool ``(N,)``, default all True): False where the env did not give the
         true next observation (an auto-reset that lost it; ``next_obs`` is then a placeholder). Such

@@ -3,8 +3,8 @@
 Observations and actions span very different scales (HalfCheetah joint velocities
 vs. angles); the ensemble sees ``(x - mean) / std`` so one learning rate and one
 weight-decay schedule fit every input. The statistics are refitted on the real
-buffer at every model training (as MBPO's ``TensorStandardScaler`` does) and are
-buffers, so the module's ``state_dict`` carries them.
+buffer's training rows at every model training, the holdout left out (as MBPO's
+``TensorStandardScaler`` is), and are buffers, so the module's ``state_dict`` carries them.
 """
 
 from __future__ import annotations

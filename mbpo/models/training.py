@@ -1,9 +1,11 @@
 """The loop that fits a dynamics ensemble to real transitions (mbrl-lib's ``ModelTrainer``).
 
-MBPO (Janner et al. 2019): a holdout split, per-member bootstrap epochs,
-holdout MSE of the mean after each epoch, early stopping when no member
-improves by more than 1% for ``patience`` epochs, each member restored to its
-best epoch, and the ``num_elites`` best members as the rollout elites.
+MBPO (Janner et al. 2019): a holdout split, the input normaliser refitted on
+the training rows only (the holdout stays data the models never saw, their
+statistics included), per-member bootstrap epochs, holdout MSE of the mean
+after each epoch, early stopping when no member improves by more than 1% for
+``patience`` epochs, each member restored to its best epoch, and the
+``num_elites`` best members as the rollout elites.
 ``model.fit_baseline`` says what "best" starts from: ``new_fit`` (the paper's
 code: every fit keeps the best of its own epochs) or ``pre_fit`` (a member that
 never beats its pre-fit holdout MSE by 1% keeps its pre-fit weights; the holdout
@@ -27,7 +29,9 @@ import torch
 from mbpo.config import ModelConfig
 from mbpo.models.normalizer import Normalizer
 
-__all__ = ["IMPROVEMENT_THRESHOLD", "FitModel", "fit_data", "fit_ensemble", "select_elites", "train_epoch"]
+__all__ = [
+    "IMPROVEMENT_THRESHOLD", "FitModel", "fit_data", "fit_ensemble", "holdout_split", "select_elites", "train_epoch",
+]
 
 IMPROVEMENT_THRESHOLD = 0.01
 """A member improves when its holdout MSE drops by more than this fraction of its best (MBPO's 1%)."""
@@ -79,16 +83,18 @@ def fit_ensemble(
     ensemble: FitModel, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor | None,
     weight: torch.Tensor | None, should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Train on normalised ``x`` ``(N, in)`` / ``target`` ``(N, D)`` until early stopping, ``max_epochs``,
-    ``max_grad_steps`` or ``should_stop()`` (checked every step); keep each member's best epoch and set
-    the elites. ``weight`` ``(N, D)`` (0 or 1, None = all 1) leaves unknown target values out.
+    """Train on inputs ``x`` ``(N, in)`` (not normalised: the normaliser is refitted here, on the training
+    rows) / ``target`` ``(N, D)`` until early stopping, ``max_epochs``, ``max_grad_steps`` or ``should_stop()``
+    (checked every step); keep each member's best epoch and set the elites.
+    ``weight`` ``(N, D)`` (0 or 1, None = all 1) leaves unknown target values out.
     A stopped fit still evaluates its last, partial epoch. Host syncs: one per epoch plus a few per call.
     """
     c, m, device, gen = ensemble.config, ensemble.ensemble_size, ensemble.device, ensemble.generator
     n = x.shape[0]
-    n_hold = max(1, min(int(n * c.holdout_ratio), c.max_holdout))
-    perm = torch.randperm(n, generator=gen, device=device)
-    hold, train = perm[:n_hold], perm[n_hold:]
+    hold, train = holdout_split(n, c, gen, device)
+    n_hold = hold.numel()
+    ensemble.normalizer.fit(x[train])
+    x = ensemble.normalizer.normalize(x)
     x_hold, t_hold, w_hold = x[hold], target[hold], (None if weight is None else weight[hold])
     train_set = (x[train], target[train], None if terminated is None else terminated[train])
     w_train = None if weight is None else weight[train]
@@ -129,6 +135,17 @@ def fit_ensemble(
         "capped": stopped_by in ("max_grad_steps", "max_epochs"), "members_below_pre_fit": len(below_pre_fit),
         "members_discarded": len(below_pre_fit) if c.fit_baseline == "pre_fit" else 0,
     }  # fmt: skip
+
+
+def holdout_split(
+    n: int, config: ModelConfig, generator: torch.Generator, device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Random ``(holdout, train)`` row indices of ``n >= 2`` rows: ``holdout_ratio`` of them, at least one and
+    at most ``max_holdout``, as MBPO's ``BNN.train`` splits.
+    """
+    n_hold = max(1, min(int(n * config.holdout_ratio), config.max_holdout))
+    perm = torch.randperm(n, generator=generator, device=device)
+    return perm[:n_hold], perm[n_hold:]
 
 
 def train_epoch(
@@ -191,8 +208,8 @@ def fit_data(
 model: FitModel, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
     terminated: torch.Tensor | None, next_obs_valid: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:  # fmt: skip
-    """Checked real data -> normalised inputs (normaliser refitted on them), targets, float terminated,
-    and the target weights (None when every next obs is known).
+    """Checked real data -> model inputs (not yet normalised: :func:`fit_ensemble` fits the normaliser on its
+    training rows), targets, float terminated, and the target weights (None when every next obs is known).
     """
     n = obs.shape[0]
     if obs.dim() != 2 or n < 2:
@@ -218,5 +235,4 @@ model: FitModel, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, 
         raise ValueError("the ensemble has a termination head (learn_termination=True): pass `terminated`")
     if not bool(torch.isfinite(inputs).all() & torch.isfinite(target).all()):
         raise ValueError("fit got non-finite obs, action, reward or next_obs; real data must be finite")
-    model.normalizer.fit(inputs)
-    return model.normalizer.normalize(inputs), target, terminated, weight
+    return inputs, target, terminated, weight

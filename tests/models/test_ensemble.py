@@ -464,6 +464,35 @@ def test_normalizer() -> None:
     assert torch.equal(other.normalize(x), norm.normalize(x))
 
 
+def test_the_normaliser_is_fitted_on_the_training_rows_only() -> None:
+    """MBPO's ``BNN.train`` splits off the holdout, then fits its scaler on the training rows: statistics of
+    the holdout would leak into the inputs the models are scored on. The rows the normaliser saw and the holdout
+    rows the first score read are disjoint and together every row.
+    """
+    ens = DynamicsEnsemble(small_config(max_epochs=1, holdout_ratio=0.25), OBS, BOX, "cpu", seed=0)
+    obs, action, reward, next_obs, _ = linear_system(40)
+    obs[::7] *= 100.0  # outliers: rows whose presence moves the statistics
+    seen: dict[str, torch.Tensor] = {}
+    fit_normaliser, score = ens.normalizer.fit, ens.prediction_mse
+
+    def spy_fit(x: torch.Tensor) -> None:
+        seen["fit"] = x.clone()
+        fit_normaliser(x)
+
+    def spy_score(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.setdefault("holdout", ens.normalizer.denormalize(x))  # the pre-fit score: the holdout rows
+        return score(x, *args, **kwargs)
+
+    ens.normalizer.fit, ens.prediction_mse = spy_fit, spy_score  # type: ignore[method-assign]
+    metrics = ens.fit(obs, action, reward, next_obs)
+    assert seen["fit"].shape[0] == metrics["num_train"] == 30 and seen["holdout"].shape[0] == 10
+    torch.testing.assert_close(ens.normalizer.mean, seen["fit"].mean(0))
+    rows = torch.cat((seen["fit"], seen["holdout"]))
+    every = ens.inputs(obs, action)
+    assert torch.cdist(seen["holdout"], seen["fit"]).min() > 1e-3  # no holdout row among those fitted on
+    torch.testing.assert_close(rows[rows[:, 0].argsort()], every[every[:, 0].argsort()], atol=1e-4, rtol=1e-4)
+
+
 def test_bad_inputs_are_explained() -> None:
     ens = DynamicsEnsemble(small_config(), OBS, BOX, "cpu")
     with pytest.raises(ValueError, match=r"expected \(\.\.\., 3\)"):
