@@ -172,13 +172,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     video = None if args.video is None else check_video_path(args.video)  # before anything is loaded or built
     state = load_checkpoint(args.checkpoint, trust=args.trust_checkpoint)
     config = config_from_yaml(state["config"])
-    try:
-        device = DevicePlan.resolve(args.device or config.device).device
+    try:  # --device puts env and policy there; else where the run had them (device=auto follows env.device)
+        plan = (DevicePlan.resolve(args.device) if args.device is not None
+                else DevicePlan.for_run(config.device, config.env.device))
     except envs.DeviceUnavailableError as exc:
         if args.device is not None:
             raise as_flag(exc) from None
-        raise MbpoError(f"the checkpoint's run trained with device={config.device!r}, which this machine does not "
-                        f"have ({exc}); evaluate it here with --device cpu") from None
+        env_device = "" if config.env.device is None else f" and env.device={config.env.device!r}"
+        raise MbpoError(f"the checkpoint's run trained with device={config.device!r}{env_device}, which this machine "
+                        f"does not have ({exc}); evaluate it here with --device cpu") from None
+    device = plan.device
     # the run's env id or factory, as it trained
     try:
         env = build_env(config.env, args.episodes, device, args.seed, render=video is not None)

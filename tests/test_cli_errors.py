@@ -315,6 +315,34 @@ def test_a_checkpoint_whose_weights_or_device_do_not_fit_is_one_line(
                          "cpu"]) == 0
 
 
+def test_eval_builds_env_and_policy_where_the_run_had_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with ``device=auto`` and ``env.device=cpu`` trained everything on CPU, GPU or not: eval of its
+    checkpoint on a machine with a GPU builds the env there too (not on ``auto``'s GPU), so one ``--seed`` gives
+    the episodes the run's own evaluations saw.
+    """
+    import envs
+    from mbpo import cli
+    from mbpo.runtime import env_builder
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", "configs/cartpole_dqn.yaml", f"run_dir={run}", *FAST, "device=auto",
+                     "env.device=cpu", "agent.dqn.hidden_sizes=[16,16]"]) == 0
+    capsys.readouterr()
+    built: list[str] = []
+    build = env_builder.build_env
+
+    def spy_build(config: object, num_envs: int, device: object, *args: object, **kwargs: object) -> object:
+        built.append(str(device))
+        return build(config, num_envs, device, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(env_builder, "build_env", spy_build)
+    monkeypatch.setattr(envs, "resolve_device", lambda d: torch.device("cuda:0" if d in ("auto", "cuda") else d))
+    assert cli.main(["eval", "--checkpoint", str(run / "checkpoints/ckpt_000000000064.pt"), "--episodes", "2"]) == 0
+    assert built == ["cpu"], built
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 2
+
+
 @pytest.mark.parametrize("command", [["eval", "--checkpoint", "x.pt"], ["rollout"]])
 @pytest.mark.parametrize(("seed", "expected"), [("-5", "-5 is out of range; expected an integer in [0, 2**64 - 1]"),
                                                 (str(2**64), f"{2**64} is out of range; expected an integer in [0, "
