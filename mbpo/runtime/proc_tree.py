@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["alive", "descendants", "exists", "kill_and_wait", "start_time", "stop_all"]
+__all__ = ["alive", "descendants", "end_orphans", "exists", "kill_and_wait", "start_time", "stop_all", "tree_of"]
 
 
 def descendants(pids: Iterable[int]) -> set[int]:
@@ -33,6 +33,21 @@ def descendants(pids: Iterable[int]) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def tree_of(pid: int) -> dict[int, int | None]:
+    """Every live process below ``pid``, each with its start time: once ``pid`` is gone they are orphans, no longer
+    below anything of ours, so the tree is read while it stands.
+    """
+    return {p: start_time(p) for p in descendants([pid])}
+
+
+def end_orphans(tree: dict[int, int | None], timeout_s: float) -> set[int]:
+    """SIGKILL the processes of ``tree`` (:func:`tree_of`) still running as the same processes (their start time
+    unchanged: a pid the kernel has since given to another process is left alone); those still there.
+    """
+    same = {p for p in alive(tree) if start_time(p) == tree[p]}
+    return kill_and_wait(same, timeout_s) if same else set()
 
 
 def stop_all(pids: Iterable[int]) -> None:

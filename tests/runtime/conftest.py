@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import os
 import re
+import select
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,6 +81,24 @@ def every_backend(request: pytest.FixtureRequest) -> str:
     if request.param == "ray":
         request.getfixturevalue("module_ray")
     return str(request.param)
+
+
+def wait_gone(pids: set[int], timeout_s: float) -> set[int]:
+    """Of ``pids`` (not this process's children), the ones still running after ``timeout_s`` seconds: a pidfd
+    turns readable when its process ends (a zombie holds no resources, and init may never reap it here).
+    """
+    deadline, left = time.monotonic() + timeout_s, set()
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+                left.add(pid)
+        finally:
+            os.close(fd)
+    return left
 
 
 def run_shm_files(pids: Iterable[int], names: set[str]) -> set[str]:

@@ -18,7 +18,8 @@ from mbpo.runtime import collectors
 from mbpo.runtime.collectors import CollectorBatch, NonFiniteEnvError
 from mbpo.runtime.supervisor import CollectorFailure, WorkerError
 from mbpo.trainers import AsyncTrainer
-from tests.runtime.conftest import faulty
+from tests.runtime.conftest import faulty, wait_gone
+from tests.runtime.helper_process_env import HangsWithAHelper
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
 
@@ -98,6 +99,33 @@ def test_a_hung_collector_is_reported_and_the_run_goes_on(
     else:
         assert row["hung_collectors"] == 0 and row["collector_restarts"] == 1
         assert trainer.pool.collectors[1].incarnation == 1  # replaced (collector 0 may have collected the rest)
+
+
+def test_a_hung_collectors_own_processes_end_with_it(
+    tiny_config: Callable[..., Config], thread_baseline: int, every_backend: str, tmp_path: Path, no_leaks: None,
+) -> None:
+    """A hung collector's env can have processes of its own (a simulator's server, an ``AsyncVectorEnv``'s
+    workers). A process or an actor ended by force never closes its env, and those processes, orphaned, outlived
+    the run; a hung thread's env is closed. On every backend, every helper process is gone once the run is.
+    """
+    pid_dir = tmp_path / "helpers"
+    pid_dir.mkdir()
+    cfg = tiny_config("runtime.collector_timeout_s=3", f"runtime.backend={every_backend}", "total_env_steps=200000")
+    trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=HangsWithAHelper(str(pid_dir)))
+    ingest, handled = trainer._ingest, []
+
+    def stop_after_the_hang(item: CollectorBatch) -> None:
+        ingest(item)
+        if handled and item.collector_id == 0:
+            trainer.stop_event.set()
+        elif trainer.pool.hung or trainer.pool.restarts:
+            handled.append(True)
+
+    trainer._ingest = stop_after_the_hang  # type: ignore[method-assign]  # a spy in place of the bound method
+    trainer.run()
+    helpers = {int(p.name) for p in pid_dir.iterdir()}
+    assert handled and len(helpers) >= 2  # collector 0's and the hung collector 1's, at least
+    assert wait_gone(helpers, timeout_s=10) == set(), "a collector's helper process outlived the run"
 
 
 def test_nan_from_an_env_raises_naming_env_index_and_field(

@@ -14,7 +14,6 @@ import json
 import multiprocessing as mp
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from mbpo.runtime.proc_tree import descendants
 from mbpo.runtime.shared_weights import READ_TIMEOUT_S, STARVED_AFTER, SharedWeights, _unlock
 from mbpo.trainers import AsyncTrainer
 from tests.conftest import WorkerForkServer
-from tests.runtime.conftest import faulty, run_shm_files, shm_names
+from tests.runtime.conftest import faulty, run_shm_files, shm_names, wait_gone
 from tests.runtime.weights_reader import read_snapshots
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
@@ -549,24 +548,6 @@ def run_elsewhere(tmp_path: Path, *args: str, signal_at_progress: int | None = N
     return proc.returncode, result, err
 
 
-def _wait_gone(pids: set[int], timeout: float) -> set[int]:
-    """Of ``pids`` (not this process's children), the ones still running after ``timeout`` seconds: a pidfd
-    turns readable when its process ends (a zombie holds no resources, and init may never reap it here).
-    """
-    deadline, left = time.monotonic() + timeout, set()
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))[0]:
-                left.add(pid)
-        finally:
-            os.close(fd)
-    return left
-
-
 def _report_signals(conn: Any) -> None:
     """A child's target: the signals it has blocked as it starts, and its parent (the fork server)."""
     conn.send((sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])), os.getppid()))
@@ -642,7 +623,7 @@ def test_a_trainer_killed_with_sigkill_leaves_no_collector_and_no_fork_server(tm
     proc.kill()
     proc.wait(timeout=30)
     proc.stdout.close()
-    assert _wait_gone(below, timeout=30) == set()
+    assert wait_gone(below, timeout_s=30) == set()
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ nothing another child uses:
 
 A child that raises sends its traceback; one that exits or is killed is seen
 by its pipe closing. Either way the supervisor restarts it from the newest
-weights; a hung one is terminated (SIGTERM, then SIGKILL) and replaced.
+weights; a hung one is terminated (SIGTERM, then SIGKILL), with the processes
+its env started (it closes no env then), and replaced.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from mbpo.runtime.main_guard import (
     UnguardedMainError,
     check_children_can_import_main,
 )
-from mbpo.runtime.proc_tree import start_time
+from mbpo.runtime.proc_tree import end_orphans, start_time, tree_of
 from mbpo.runtime.queue import TransitionQueue
 from mbpo.runtime.semaphores import name_semaphores_after
 from mbpo.runtime.shared_ring import SharedRing
@@ -154,7 +155,9 @@ class ProcessCollector(CollectorLoop):
         return not self._thread.is_alive() and (self.process is None or not self.process.is_alive())
 
     def close(self) -> None:
-        """Stop the proxy, end the child (asked; then SIGTERM; then SIGKILL), free its slot. Idempotent."""
+        """Stop the proxy, end the child (asked; then SIGTERM; then SIGKILL, and the processes it left), free its
+        slot. Idempotent.
+        """
         self.stop()
         if self._closed:
             return
@@ -162,12 +165,15 @@ class ProcessCollector(CollectorLoop):
         if self.process is not None:
             self._send(("stop",))
             self.process.join(POLL_S)
-            if self.process.is_alive():
+            if self.process.is_alive():  # ended by force, it closes no env: its env's own processes would outlive it
+                tree = tree_of(self.process.pid)
                 self.process.terminate()
                 self.process.join(TERM_GRACE_S)
-            if self.process.is_alive():
-                self.process.kill()
-                self.process.join()
+                if self.process.is_alive():
+                    tree |= tree_of(self.process.pid)
+                    self.process.kill()
+                    self.process.join()
+                end_orphans(tree, TERM_GRACE_S)
         if self._thread.ident is not None:
             self._thread.join(TERM_GRACE_S)
         for slot in self._slots:  # the child is gone: nobody writes these slots any more
