@@ -194,6 +194,9 @@ def _config_key_as_option(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mbpo.runtime.main_guard import exit_if_a_child_imports_main
+
+    exit_if_a_child_imports_main()  # a script calling main() unguarded, imported again by a collector process
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help-config" in argv:  # accepted anywhere on the line (`train --config X --help-config`), as --debug
         print(f"# every key with the schema's default and meaning; a config file sets its own (the default run's is "

@@ -118,20 +118,27 @@ def test_a_collector_that_cannot_be_started_is_the_runs_error_and_the_run_closes
 
 
 @pytest.mark.timeout(90)
-def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runs", ["trainer", "cli"])
+def test_a_script_without_a_main_guard_is_named_and_no_collector_is_restarted(tmp_path: Path, runs: str) -> None:
     """A collector process imports the script again; one that builds its trainer at its top level built a second
     trainer there (which failed on the run dir in use): "exited with code 1", three restarts, then a traceback.
+    A script that calls ``mbpo.cli.main`` met the run dir's lock before any trainer was built: the same.
     """
+    overrides = ['runtime.backend=process', 'progress=false', 'eval_every=400', 'total_env_steps=400',
+                 f'run_dir={tmp_path / "run"}']
     script = tmp_path / "train.py"
     script.write_text("from mbpo.config import load_config\nfrom mbpo.trainers import AsyncTrainer\n"
-                      f"cfg = load_config(None, ['runtime.backend=process', 'progress=false', 'eval_every=400', "
-                      f"'total_env_steps=400', 'run_dir={tmp_path / 'run'}'])\n"
-                      "AsyncTrainer(cfg, cfg.run_dir).run()\n")
+                      f"cfg = load_config(None, {overrides!r})\nAsyncTrainer(cfg, cfg.run_dir).run()\n"
+                      if runs == "trainer" else
+                      f"import sys\nfrom mbpo.cli import main\nsys.exit(main(['train', *{overrides!r}]))\n")
     out = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=80)
     last = out.stderr.strip().splitlines()[-1]
-    assert out.returncode == 1 and last.startswith("mbpo.runtime.main_guard.UnguardedMainError: runtime.backend="
-                                                   "process starts each collector by importing your script"), \
-        out.stderr[-3000:]
+    expected = "process starts each collector by importing your script"
+    if runs == "trainer":
+        assert out.returncode == 1 and last.startswith(f"mbpo.runtime.main_guard.UnguardedMainError: runtime.backend="
+                                                       f"{expected}"), out.stderr[-3000:]
+    else:  # the command line's form of a user's mistake: one line, exit 2
+        assert out.returncode == 2 and last.startswith(f"error: runtime.backend={expected}"), out.stderr[-3000:]
     assert 'if __name__ == "__main__":' in last and "restarting it" not in out.stderr, out.stderr[-3000:]
     assert "RunDirBusyError" not in out.stderr, out.stderr[-3000:]
 
