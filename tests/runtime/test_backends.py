@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mbpo.config.validation import _CHOICES
 from mbpo.runtime.backends import BACKENDS, make_backend
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,3 +29,39 @@ def test_a_name_that_is_no_backend_is_refused_naming_the_choices() -> None:
                                          r"process, ray"):
         make_backend("threads", unused, unused, unused, unused, num_collectors=1, env=unused, env_device="cpu",
                      env_seed=unused, action_seed=unused, thread_env=unused, template_snapshot=unused, ray=unused)
+
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {folder!r})
+from mbpo.cli import main
+if __name__ == "__main__":
+    sys.exit(main(["train", "--config", "configs/pendulum_sac.yaml", "run_dir={run_dir}", "runtime.backend={backend}",
+                   "env.id=ScriptsPendulum", "env.factory=scripts_env:make_env", "total_env_steps=128",
+                   "agent.learning_starts=64", "agent.batch_size=32", "agent.sac.hidden_sizes=[16,16]",
+                   "progress=false", "device=cpu", "runtime.num_collectors=1", "runtime.collection_batch_size=32",
+                   "eval_every=10000", "checkpoint.every=10000"]))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["thread", "process", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_factory_from_a_folder_the_script_put_on_sys_path_builds_on_every_backend(
+        tmp_path: Path, backend: str) -> None:
+    """A script that puts its env's folder on ``sys.path`` and names the factory: a collector process has the
+    trainer's path (its fork server starts with it); a Ray actor's worker had only its own, and the factory
+    'cannot be imported' there.
+    """
+    if backend == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+    folder = tmp_path / "my_envs"
+    folder.mkdir()
+    (folder / "scripts_env.py").write_text(
+        "import envs\n\n\ndef make_env(num_envs, device, seed):\n"
+        "    return envs.make('Pendulum-v1', num_envs, device=device, seed=seed)\n")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(folder=str(folder), run_dir=tmp_path / "run", backend=backend))
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=110,
+                          env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["env_steps"] == 128

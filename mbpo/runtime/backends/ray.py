@@ -69,6 +69,23 @@ def stop_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def driver_runtime_env() -> dict[str, Any]:
+    """The job's runtime env: this process's own ``sys.path`` entries (a script's directory, a folder it put on the
+    path, the working directory) as the workers' ``PYTHONPATH``, so that a factory from a module only the driver's
+    path finds unpickles and imports in an actor as it does in a collector process (whose fork server starts with
+    the trainer's ``sys.path``). The interpreter's own entries (stdlib, site-packages) are the workers' already.
+    """
+    import site
+
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    own = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                          *([user] if isinstance(user, str) else []))]
+    extra = [p for p in dict.fromkeys(os.path.abspath(e) for e in sys.path if isinstance(e, str))
+             if os.path.isdir(p) and not any(os.path.realpath(p).startswith(o + os.sep) or os.path.realpath(p) == o
+                                             for o in own)]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(extra)}} if extra else {}
+
+
 def start_private_ray(ray: Any, num_cpus: float) -> tuple[str | None, bool]:
     """Start a new local Ray whose servers listen on loopback only; returns what :func:`stop_private_ray` restores.
 
@@ -83,7 +100,7 @@ def start_private_ray(ray: Any, num_cpus: float) -> tuple[str | None, bool]:
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
     with stop_signals_blocked():
         ray.init(address="local", num_cpus=max(int(-(-num_cpus // 1)), 1), include_dashboard=False,
-                 configure_logging=False, log_to_driver=True)
+                 configure_logging=False, log_to_driver=True, runtime_env=driver_runtime_env())
     return saved
 
 
