@@ -79,6 +79,9 @@ class CollectorPool:
         """Shared causes of failure a restart has already been counted for, by ``shared_cause_key`` (else by
         ``shared_cause``, the cause's words)."""
         self.hung: set[int] = set()
+        """Collectors abandoned as hung (threads, which cannot be killed) and not yet replaced."""
+        self._replaced_hung: list[Collector] = []
+        """Hung threads a new thread replaced: still hung while they run."""
         self.retired: list[Collector] = []
         """Failed or hung incarnations (joined at close)."""
         self.failures: list[tuple[int, int, float, float, str]] = []
@@ -131,10 +134,18 @@ class CollectorPool:
             # one hung, or the others ended): without a new thread the run would end short of total_env_steps
             cid = min(self.hung)
             self.hung.discard(cid)
+            self._replaced_hung.append(self.collectors[cid])
             self._replace(cid, self.collectors[cid], f"collector {cid} hung with env steps of the budget left that "
                           "no running collector will take", None)
         if len(self.hung) == len(self.collectors):
             raise CollectorFailure(f"all {len(self.collectors)} collectors are hung; no data can arrive")
+
+    @property
+    def hung_now(self) -> int:
+        """Collectors hung at this moment: the abandoned threads not replaced, and the replaced ones still stuck
+        (a thread that cannot be killed stays hung after a new one took its place).
+        """
+        return len(self.hung) + sum(c.is_alive() for c in self._replaced_hung)
 
     def _observe(self) -> float:
         """The time of this check; a gap since the last one longer than UNOBSERVED_S is set aside (and said, when

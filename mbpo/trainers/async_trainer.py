@@ -419,7 +419,7 @@ class AsyncTrainer(Trainer):
             self.time_s["model"] = model_s = self.model_worker.busy_s
         row = self._row(timing, evaluated)
         row.update(self.telemetry.row(self.time_s["update"], model_s, self._throughput.interval_s))  # rates' interval
-        row.update({**self._run_counts(), "hung_collectors": len(self.pool.hung)})
+        row.update({**self._run_counts(), "hung_collectors": self.pool.hung_now})
         if self.model_worker is not None:
             row["rollout_policy_version"] = self._counts_before["weights_version"] + self.model_worker.policy_version
         if final:

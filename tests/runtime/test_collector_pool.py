@@ -245,4 +245,5 @@ def test_a_hung_thread_whose_budget_no_running_collector_will_take_is_replaced(
     pool.hung.clear()
     checks_until(pool, clock, TIMEOUT_S + 1)
     assert made[-1] == (hung, 1) and pool.restarts == 1 and not pool.hung
+    assert pool.hung_now == 1  # the replaced thread is still stuck: the metric did not drop to 0
 
