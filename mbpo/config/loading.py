@@ -11,6 +11,7 @@ validated (:func:`mbpo.config.validation.validate`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,7 +30,7 @@ BASE_KEY = "base"
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Schema defaults, then the YAML file (over its bases), then ``key=value`` overrides; validated."""
-    layers: list[tuple[str, str]] = []
+    layers: list[tuple[str, str, bool]] = []
     if path is not None:
         path = Path(path)
         while True:
@@ -49,7 +50,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             if data is None:  # a file saved empty, or the wrong file: not a run of the schema's defaults by chance
                 raise ConfigError(f"config file {str(path)!r} holds no keys (it is empty, or only comments); expected "
                                   "a mapping of config keys (e.g. 'seed: 0'); write '{}' for the schema's defaults")
-            layers.insert(0, (text, str(path)))
+            layers.insert(0, (text, str(path), False))
             base = data.get(BASE_KEY) if data else None
             if base is None:
                 break
@@ -57,7 +58,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 raise ConfigError(f"{path}: {BASE_KEY}: {base!r} is not a path; expected the config file this one "
                                   "builds on, relative to it (e.g. base: hopper_mbpo.yaml)")
             path = (path.parent / base).resolve()
-            if any(Path(source).resolve() == path for _, source in layers):
+            if any(Path(source).resolve() == path for _, source, _ in layers):
                 raise ConfigError(f"{layers[-1][1]}: its bases lead back to {path} (a cycle); a base must not build "
                                   "on the file that names it")
     return _merged(layers, overrides)
@@ -65,18 +66,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 def config_from_yaml(text: str | None, overrides: list[str] | None = None, source: str = "the config") -> Config:
     """Like :func:`load_config` for YAML text (e.g. the config saved in a checkpoint: resolved, no base);
-    ``source`` names it in errors.
+    ``source`` names it in errors. The text is read as written: a ``${...}`` in it is the resolved value of an
+    escaped one (a run dir named ``lit_${x}``), not a reference to resolve again.
     """
     if text is not None:
         data = _check_yaml(text, source)
         if data and BASE_KEY in data:
             raise ConfigError(f"{source} names a {BASE_KEY}: config text is read alone; load it from its file "
                               "(load_config) so the base is found beside it")
-    return _merged([] if text is None else [(text, source)], overrides)
+    return _merged([] if text is None else [(text, source, True)], overrides)
 
 
-def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Config:
-    """The schema, then each YAML layer (less its ``base`` key) in order, then the overrides; validated.
+def _merged(layers: list[tuple[str, str, bool]], overrides: list[str] | None) -> Config:
+    """The schema, then each YAML layer (less its ``base`` key; read literally where its flag says so) in order,
+    then the overrides; validated.
 
     A layer (a file, or the overrides together) that switches agent.name first sets the keys of the learner it
     leaves back to their defaults: ``configs/pendulum_sac.yaml agent.name=dqn`` drops the file's agent.sac
@@ -85,8 +88,9 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
     try:
         # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
-        for text, source in layers:
-            layer = cast(DictConfig, OmegaConf.create(text))  # a mapping: _check_yaml said so
+        for text, source, literal in layers:
+            data = _check_yaml(text, source)
+            layer = cast(DictConfig, OmegaConf.create(_escaped(data) if literal else data))  # a mapping: checked
             layer.pop(BASE_KEY, None)
             _check_shapes(OmegaConf.to_container(layer), Config, "", f"{source}: ")
             try:
@@ -102,10 +106,10 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
                 raise ConfigError(f"override {item!r}: its key has an empty part; expected dotted names "
                                   "(e.g. agent.batch_size=256)")
             if item.split("=", 1)[1].strip() not in ("null", "~"):  # null fits any key that may be null
-                _check_shapes(OmegaConf.to_container(OmegaConf.from_dotlist([item])), Config, "", f"{item!r}: ")
+                _check_shapes(_override_data(item), Config, "", f"{item!r}: ")
         names = [item for item in overrides or [] if item.split("=", 1)[0].strip() == "agent.name"]
         if names:
-            _switch_learner(cfg, OmegaConf.from_dotlist(names[-1:]).agent.name)
+            _switch_learner(cfg, _override_data(names[-1])["agent"]["name"])
         for item in overrides or []:
             key, value = item.split("=", 1)
             section = _fields_at(key.strip())
@@ -118,10 +122,10 @@ def _merged(layers: list[tuple[str, str]], overrides: list[str] | None) -> Confi
             if value.strip() in _CLEARS and _is_mapping(key):  # a merge would keep the keys it holds
                 OmegaConf.update(cfg, key, {}, merge=False)
                 continue
-            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.from_dotlist([item])))
-    except OmegaConfBaseException as exc:
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, OmegaConf.create(_override_data(item))))
+        config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
+    except OmegaConfBaseException as exc:  # an unknown key, a wrong type, a ${reference} to nothing
         raise ConfigError(_explain(exc)) from None
-    config = cast(Config, OmegaConf.to_object(cfg))  # a structured DictConfig converts back to its dataclass
     validate(config)
     return config
 
@@ -153,7 +157,7 @@ def _check_shapes(data: Any, cls: Any, prefix: str, where: str) -> None:
             _check_shapes(value, nested, f"{dotted}.", where)
             continue
         want = "mapping" if annotation.startswith("dict[") else "list" if annotation.startswith("list[") else "value"
-        if value is not None and got != want and "mapping" in (got, want):
+        if value is not None and got != want and ("mapping" in (got, want) or want == "list"):
             field = fields[key]
             default = field.default_factory() if callable(field.default_factory) else field.default
             expected = {"mapping": f"a mapping (e.g. {dotted}={{name: 1}})", "value": "one value",
@@ -210,12 +214,90 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+_NO_YAML11 = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+             "tag:yaml.org,2002:timestamp")
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _NO_YAML11]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+"""YAML 1.1's implicit scalars misread a config: ``010`` is octal 8 (two seeds of a sweep collide), ``1:30`` is
+90 (base 60), ``yes``/``on`` are booleans and ``2025-01-15`` a date, whatever the key. YAML 1.2's core schema
+instead, as below: an integer is decimal, leading zeros included (``0x``/``0o``/``0b`` prefixes as written), with
+``_`` between digits allowed; a float has a point or an exponent; true/false are the booleans (a boolean key
+still takes yes/no/on/off: OmegaConf converts the text)."""
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:[0-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
+    list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    sign, digits = (-1, text[1:]) if text.startswith("-") else (1, text.lstrip("+"))
+    base = {"0x": 16, "0o": 8, "0b": 2}.get(digits[:2].lower(), 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
+def _override_data(item: str) -> dict[str, Any]:
+    """``key=value`` as nested plain data. A key the schema types as text takes the value as written (a run dir
+    ``@scratch``, ``2025_01_15`` or ``yes`` is that name, not a YAML token); any other value is read as YAML
+    (1.2 scalars, :data:`_UniqueKeyLoader`), a mistake in it named with the override.
+    """
+    key, text = (part.strip() for part in item.split("=", 1))
+    if _annotation(key) in ("str", "str | None") and text not in ("", "null", "~") and not (
+            len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""):
+        value: Any = text
+    else:
+        try:
+            value = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"override {item!r}: its value is not valid YAML ({problem}{where}); expected a "
+                              "number, true/false, null, text, a list [a, b] or a mapping {k: v} (quote text that "
+                              "starts with @, %, ! or holds brackets)") from None
+    for part in reversed([p for p in re.split(r"[.\[\]]", key) if p]):
+        value = {part: value}
+    return cast(dict[str, Any], value)
+
+
+def _escaped(data: Any) -> Any:
+    """``data`` with every ``${`` in its text escaped, so that OmegaConf keeps it as written."""
+    if isinstance(data, dict):
+        return {k: _escaped(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_escaped(v) for v in data]
+    return data.replace("${", "\\${") if isinstance(data, str) else data
+
+
+def _annotation(dotted: str) -> str | None:
+    """The schema's type of ``dotted`` as text (``'int'``, ``'str | None'``); None for no such key."""
+    parent, _, name = dotted.rpartition(".")
+    cls: Any = Config
+    for part in (parent.split(".") if parent else []):
+        cls = resolve_type({f.name: f.type for f in dataclasses.fields(cls)}.get(part))
+        if cls is None:
+            return None
+    annotation = {f.name: f.type for f in dataclasses.fields(cls)}.get(name)
+    return None if annotation is None else str(annotation)
+
+
 def _check_yaml(text: str, source: str) -> dict[str, Any] | None:
     """YAML syntax and shape, with the file and line in the message (OmegaConf would name neither); the
     mapping (None for an empty file).
     """
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader (YAML 1.2 scalars, no repeated keys)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -1,0 +1,80 @@
+"""How a value is read, in an override or a file: YAML 1.2's scalars (``010`` is ten, ``yes`` is text, no base-60
+numbers or dates), a text key's value as written, and a mistake in a value named with its override, never a
+PyYAML or OmegaConf traceback. A run's stored config reads back as written, ``${`` included.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mbpo.config import ConfigError, config_from_yaml, load_config, to_yaml
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(("override", "key", "expected"), [
+    ("seed=010", "seed", 10),  # YAML 1.1: octal 8, the same seed as seed=008
+    ("seed=008", "seed", 8),
+    ("agent.batch_size=0256", "agent.batch_size", 256),
+    ("agent.sac.hidden_sizes=[064,064]", "agent.sac.hidden_sizes", [64, 64]),
+    ("agent.batch_size=1_000", "agent.batch_size", 1000),
+    ("seed=0x10", "seed", 16),
+    ("agent.sac.critic_lr=3e-4", "agent.sac.critic_lr", 3e-4),
+    ("agent.sac.critic_lr=.001", "agent.sac.critic_lr", 0.001),
+    ("progress=yes", "progress", True),  # a boolean key still takes the words
+    ("progress=Off", "progress", False),
+    ("run_dir=2025_01_15", "run_dir", "2025_01_15"),  # text keys: as written
+    ("run_dir=yes", "run_dir", "yes"),
+    ("run_dir=@scratch/run1", "run_dir", "@scratch/run1"),
+    ("run_dir=%tmp", "run_dir", "%tmp"),
+    ("run_dir='my run'", "run_dir", "my run"),
+    ("run_dir=", "run_dir", None),
+    ("env.id=1:30", "env.id", "1:30"),
+    ("env.kwargs={a: 010, b: yes, c: 2025-01-15}", "env.kwargs", {"a": 10, "b": "yes", "c": "2025-01-15"}),
+])
+def test_an_override_is_read_as_yaml_1_2_and_a_text_key_as_written(override: str, key: str, expected: Any) -> None:
+    extra = ["env.factory=tests.envs.factories:ours", "env.id=Mine-v0"] if key == "env.kwargs" else []
+    config = load_config("configs/pendulum_sac.yaml", [*extra, override])
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    assert value == expected and type(value) is type(expected)
+
+
+def test_a_file_is_read_as_yaml_1_2(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("base: " + str(Path("configs/pendulum_sac.yaml").resolve()) + "\nseed: 010\n"
+                    "run_dir: 2025-01-15\nprogress: off\n")
+    config = load_config(path)
+    assert (config.seed, config.run_dir, config.progress) == (10, "2025-01-15", False)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("agent.sac.hidden_sizes=[64,64", "override 'agent.sac.hidden_sizes=[64,64': its value is not valid YAML "
+                                      "(expected ',' or ']', but got '<stream end>' at column 7)"),
+    ("env.kwargs={a: [1, 2}", "override 'env.kwargs={a: [1, 2}': its value is not valid YAML"),
+    ("env.kwargs.a=!x", "override 'env.kwargs.a=!x': its value is not valid YAML"),
+    ("seed=1:30", "config key 'seed': Value '1:30' of type 'str' could not be converted to Integer"),
+    ("run_dir=runs/${name}", "config error at 'run_dir': Interpolation key 'name' not found"),
+    ("agent.sac.hidden_sizes=256", "'agent.sac.hidden_sizes=256': agent.sac.hidden_sizes holds a value (256); "
+                                   "expected a list (e.g. agent.sac.hidden_sizes=[256, 256])"),
+    ("model.weight_decay=1e-4", "'model.weight_decay=1e-4': model.weight_decay holds a value (0.0001); expected a "
+                                "list"),
+])
+def test_a_value_that_cannot_be_read_is_one_config_error_naming_it(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("configs/pendulum_mbpo.yaml", [override])
+    assert message in str(info.value)
+
+
+def test_a_stored_config_reads_back_as_written_an_escaped_reference_included(tmp_path: Path) -> None:
+    r"""``run_dir=lit_\${x}`` names a folder ``lit_${x}``: its config.yaml held that text, which resume, eval and
+    plot then read as a reference to a key x, and the run could not be used again.
+    """
+    config = load_config(None, [f"run_dir={tmp_path}/lit_\\${{x}}"])
+    assert config.run_dir == f"{tmp_path}/lit_${{x}}"
+    again = config_from_yaml(to_yaml(config))
+    assert again == config
