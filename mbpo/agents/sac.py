@@ -52,6 +52,7 @@ from torch import nn
 
 from envs.device import restore_generator
 from mbpo.agents.base import AgentSpaceError
+from mbpo.agents.batch_renorm import BatchRenorm
 from mbpo.agents.critic import Critics
 from mbpo.agents.networks import BatchedMLP, RunningObsNorm, TanhGaussianActor
 from mbpo.agents.sac_loss import Draws, bf16_autocast, compiled_loss_terms, sac_loss_terms
@@ -102,6 +103,13 @@ class SAC:
                 f"value apart; got low={action_space.low}, high={action_space.high} (wrap the env to rescale actions "
                 f"to finite bounds)"
             )
+        if not np.all(width > 0):
+            fixed = np.flatnonzero(~(width > 0)).tolist()
+            raise AgentSpaceError(
+                f"SAC squashes actions into the Box bounds, which must have high > low in every dimension; "
+                f"{f'dimensions {fixed} do' if len(fixed) > 1 else f'dimension {fixed[0]} does'} not (low="
+                f"{action_space.low}, high={action_space.high}: a fixed action, whose zero width every update would "
+                "divide by); drop it from the env's action space, or set it in a wrapper")
         if not np.issubdtype(action_space.dtype, np.floating):
             raise AgentSpaceError(
                 f"SAC acts in a continuous Box, got one of {action_space.dtype} ({action_space}), in which the env "
@@ -388,6 +396,8 @@ class SAC:
         update_actor = (self._calls + 1) % self.config.policy_delay == 0  # the last of its block: see above
         self._calls += 1
         draws = self._draws(obs.shape[0], update_actor)
+        renorm = self._renorm_statistics() if self.config.crossq else []
+        renorm_before = [b.clone() for b in renorm]  # the forward folds this batch in: a skipped update keeps them
         if self._cuda_graphs:  # the last update's graph outputs (its grads) are consumed: their memory may be reused
             torch.compiler.cudagraph_mark_step_begin()
         loss_critic, loss_actor, loss_alpha, q_mean, entropy = self._losses(
@@ -410,6 +420,8 @@ class SAC:
                 optim.found_inf = found_inf  # type: ignore[attr-defined]  # torch's stubs do not declare it
                 optim.step()
             self.critics.polyak(finite)  # a skipped update moves no target
+            for now, before in zip(renorm, renorm_before, strict=True):  # nor CrossQ's statistics (NaN for good)
+                now.copy_(torch.where(finite, now, before))
             self._weights_version += 1
         applied = torch.stack((finite, ~finite)).to(torch.int64)
         self._counts.add_(applied)
@@ -422,6 +434,11 @@ class SAC:
             actor_applied = (finite & update_actor).float().reshape(1)
             self._metric_acc.add_(torch.cat((torch.where(kept, values, 0.0), applied.float(), actor_applied)))
         return UpdateMetrics(torch.cat((values, found_inf.reshape(1))))
+
+    def _renorm_statistics(self) -> list[torch.Tensor]:
+        """The running statistics of every batch-renorm layer the update moves (CrossQ's actor and critics)."""
+        return [b for net in (self.actor, self.critic) for m in net.modules() if isinstance(m, BatchRenorm)
+                for b in (m.running_mean, m.running_var, m.num_batches_tracked)]
 
     @property
     def num_resets(self) -> int:

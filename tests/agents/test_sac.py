@@ -63,7 +63,8 @@ def make_batch(batch_size: int = 64, seed: int = 0, reward_scale: float = 1.0) -
 def params_of(sac: SAC) -> dict[str, torch.Tensor]:
     out = {f"actor.{k}": v.clone() for k, v in sac.actor.state_dict().items()}
     out |= {f"critic.{k}": v.clone() for k, v in sac.critic.state_dict().items()}
-    out |= {f"target.{k}": v.clone() for k, v in sac.target_critic.state_dict().items()}
+    if sac.target_critic is not None:  # CrossQ has none
+        out |= {f"target.{k}": v.clone() for k, v in sac.target_critic.state_dict().items()}
     out["log_alpha"] = sac.log_alpha.detach().clone()
     return out
 
@@ -244,13 +245,19 @@ def test_learns_one_step_bandit() -> None:
     assert (greedy - 0.5).abs().mean().item() < 0.1, greedy.mean()
 
 
-def test_non_finite_loss_is_skipped_and_counted() -> None:
-    sac = make_sac()
+@pytest.mark.parametrize("poison", ["reward", "obs", "next_obs"])
+@pytest.mark.parametrize("crossq", [False, True], ids=["sac", "crossq"])
+def test_non_finite_loss_is_skipped_and_counted(crossq: bool, poison: str) -> None:
+    """A skipped update leaves everything as it was: weights, optimizer state, targets and CrossQ's batch-renorm
+    statistics, which its forward pass had already folded the batch into (NaN there, every later update was NaN
+    and skipped, and the policy acted NaN).
+    """
+    sac = make_sac(crossq=crossq)
     sac.update(make_batch(seed=0))
     before = params_of(sac)
     optim_steps = [s["step"].clone() for s in sac.critic_optim.state.values()]
     bad = make_batch(seed=1)
-    bad["reward"][3] = float("nan")
+    bad[poison][3] = float("nan")
     metrics = sac.update(bad)
     assert metrics["skipped"] == 1.0 and math.isnan(metrics["loss_critic"])
     assert (sac.num_updates, sac.num_skipped_updates) == (1, 1)
@@ -259,6 +266,7 @@ def test_non_finite_loss_is_skipped_and_counted() -> None:
     assert all(torch.equal(a, s["step"]) for a, s in zip(optim_steps, sac.critic_optim.state.values(), strict=True))
     sac.update(make_batch(seed=2))
     assert (sac.num_updates, sac.num_skipped_updates) == (2, 1)
+    assert torch.isfinite(sac.act(torch.randn(4, OBS_DIM), explore=False)).all()
     averages = sac.pop_metrics()  # skipped updates do not poison the averages
     assert averages["updates"] == 2 and averages["skipped"] == 1
     assert all(math.isfinite(averages[name]) for name in METRIC_NAMES)

@@ -100,7 +100,7 @@ class BreaksContract(envs.VecEnv):
     BREAKS = ("float64_obs", "int64_obs", "obs_shape", "float_terminated", "reward_column", "no_final_obs",
               "nan_first_obs", "no_observation_space", "discrete_observation_space", "device_gpu", "device_cpu0",
               "reset_without_keywords", "unbounded_actions", "huge_actions", "no_max_episode_steps", "squeezed_reward",
-              "reset_with_info", "reset_ignores_seed", "step_ignores_seed", "integer_actions")
+              "reset_with_info", "reset_ignores_seed", "step_ignores_seed", "integer_actions", "fixed_actions")
     DEVICES = {"device_gpu": "gpu", "device_cpu0": "cpu:0"}
     """``env.device`` as a user may spell it: no torch device at all, and the right device in another spelling."""
 
@@ -122,6 +122,7 @@ class BreaksContract(envs.VecEnv):
         self.action_space = (gym.spaces.Box(-np.inf, np.inf, (1,), np.float32) if breaks == "unbounded_actions"
                              else gym.spaces.Box(-huge, huge, (1,), np.float32) if breaks == "huge_actions"
                              else gym.spaces.Box(-2, 2, (1,), np.int64) if breaks == "integer_actions"
+                             else gym.spaces.Box(0.5, 0.5, (1,), np.float32) if breaks == "fixed_actions"
                              else self.pendulum.action_space)
         if breaks != "no_max_episode_steps":  # without it: VecEnv's default, None (no time limit of its own)
             self.max_episode_steps = self.pendulum.max_episode_steps

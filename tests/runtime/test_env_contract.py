@@ -109,7 +109,10 @@ SQUASH_ERRORS = {
                     "finite bounds)",
     "integer_actions": "SAC acts in a continuous Box, got one of int64 (Box(-2, 2, (1,), int64)), in which the env "
                        "would round every action it is given while the learner trains on the unrounded one; use "
-                       "a float Box, or a Discrete action space with agent.name=dqn"}
+                       "a float Box, or a Discrete action space with agent.name=dqn",
+    "fixed_actions": "SAC squashes actions into the Box bounds, which must have high > low in every dimension; "
+                     "dimension 0 does not (low=[0.5], high=[0.5]: a fixed action, whose zero width every update "
+                     "would divide by); drop it from the env's action space, or set it in a wrapper"}
 
 
 @pytest.mark.parametrize("run", list(TRAINER_RUNS))
