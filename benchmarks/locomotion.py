@@ -418,6 +418,20 @@ def done_scores(summary: dict[str, Any]) -> dict[int, float]:
     return {r["seed"]: r["score"] for r in (full or done)}
 
 
+def comparable_scores(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[int, float], dict[int, float]]:
+    """Two learners' :func:`done_scores` where they are at one length (both with full-length runs, or both with
+    screens only); else nothing: a screen's 15k score against a 30k one compares two other things.
+    """
+    if (full_length(a) > 0) != (full_length(b) > 0):
+        return {}, {}
+    return done_scores(a), done_scores(b)
+
+
+def full_scores(summary: dict[str, Any]) -> dict[int, float]:
+    """A learner's score per seed done at full length (STEPS) only: what issue 50's targets are judged on."""
+    return {r["seed"]: r["score"] for r in summary.get("runs", []) if _full(r) and r["score"] is not None}
+
+
 def _full(run: dict[str, Any]) -> bool:
     return bool(run["done"]) and run["env_steps"] >= STEPS - EVAL_EVERY // 2
 
@@ -674,7 +688,7 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
 
         result["published"] = {m: {"source": c["source"], "near_33333": near(c, 33_333)} for m, c in published.items()}
     poi = {"of": best, "over": PEER,
-           **improvement(done_scores(learners.get(best, {})), done_scores(learners.get(PEER, {})), reps, stats)}
+           **improvement(*comparable_scores(learners.get(best, {}), learners.get(PEER, {})), reps, stats)}
     result["probability_of_improvement"] = poi
     summarized = [Path(r["run_dir"]) for summary in learners.values() for r in summary["runs"]]
     if summarized and importlib.util.find_spec("matplotlib") is None:
@@ -700,11 +714,12 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     if sync_vs_async:
         result["async_vs_sync"] = sync_vs_async
     mine, peer = learners.get(best, {}), learners.get(PEER, {})
-    targets: dict[str, Any] = {"learner": best, "peer": PEER, **judge(env, done_scores(mine), done_scores(peer),
+    targets: dict[str, Any] = {"learner": best, "peer": PEER, **judge(env, full_scores(mine), full_scores(peer),
                                                                       poi, reps, stats)}
     ours = mine.get("median_score")  # the ratios to each model-free learner stay on the median, as docs read them
-    if ours is not None:
-        peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")}
+    if ours is not None:  # against the model-free learners scored at our length only
+        peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")
+                 and (full_length(learners[m]) > 0) == (full_length(mine) > 0)}
         targets["at_least_every_model_free"] = all(ours >= v for v in peers.values()) if peers else None
         targets["over_each_model_free"] = {m: round(ours / v, 3) for m, v in peers.items() if v > 0}
     result["targets"] = targets
@@ -718,7 +733,7 @@ def judge(env: str, mine: dict[int, float], peer: dict[int, float], poi: dict[st
     improvement's interval (:func:`improvement` takes the same seeds). rliable compares the two sets of seeds
     unpaired; taking the common seeds only keeps either learner from being judged on runs the other lacks.
     """
-    common = sorted(set(mine) & set(peer))  # done_scores: full-length runs where a learner has any
+    common = sorted(set(mine) & set(peer))  # full_scores: runs done at full length only
     out: dict[str, Any] = {"common_seeds": common, f"{MIN_SEEDS}_common_seeds": len(common) >= MIN_SEEDS}
     keys = (f"mean_at_least_{SCORE_TARGETS[env]:.0f}", f"iqm_at_least_{PEER}", "improvement_lower_bound_above_0.5")
     if len(common) < MIN_SEEDS:

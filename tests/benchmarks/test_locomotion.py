@@ -219,6 +219,26 @@ def test_the_targets_wait_for_five_seeds_both_learners_finished_at_full_length(
             targets["improvement_lower_bound_above_0.5"]) == (None, None, None)
 
 
+@needs_rliable
+def test_a_learner_with_screens_only_is_not_compared_with_one_at_full_length(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MBPO with five 15k screens and REDQ with five 30k runs: each one's score is its own length's, and a
+    15k score against a 30k one compares two other things. The probability of improvement, the targets and the
+    ratios to the model-free learners were computed on them all the same.
+    """
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for seed in range(5):
+        scored_run(tmp_path, "redq", seed, 1_000.0 + 100 * seed)
+        scored_run(tmp_path, "mbpo_redq", seed, 3_000.0, evals=5)  # 5,000 to 15,000 env steps: screens
+    result = locomotion.report("hopper", tmp_path, list(range(5)))
+    assert result["learners"]["mbpo_redq"]["mean_score"] == 3_000.0  # still reported, at its own length
+    assert (result["probability_of_improvement"]["seeds"], result["probability_of_improvement"]["probability"]) == (
+        [], None)
+    targets = result["targets"]
+    assert targets["common_seeds"] == [] and targets["5_common_seeds"] is False
+    assert targets["mean_at_least_1850"] is None and targets["over_each_model_free"] == {}
+
+
 def test_the_score_is_the_evaluations_at_25k_27_5k_and_30k_never_others_by_position() -> None:
     """The async trainer evaluates a few steps past each mark; an extra evaluation past the end, or a missing one,
     must not shift which three are averaged.
