@@ -14,7 +14,8 @@ __all__ = ["unread_overrides", "note_unread_overrides"]
 
 _SWITCHES = ("model.enabled", "model.lookahead.enabled", "model.macura", "agent.sac.crossq", "runtime.backend",
              "trainer")
-"""Keys that turn a part on or off: set on the command line, they are read, whatever the part's own keys."""
+"""Keys that turn a part on or off: set on the command line, they are read, whatever the part's own keys, unless
+the part they belong to is off (``model.macura=true`` with ``model.enabled=false``)."""
 
 _RULES: tuple[tuple[str, Callable[[Config], str | None]], ...] = (
     ("model.", lambda c: None if c.model.enabled else "model.enabled=false"),
@@ -32,10 +33,10 @@ def unread_overrides(config: Config, overrides: list[str]) -> dict[str, list[str
     unread: dict[str, list[str]] = {}
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key in _SWITCHES:
-            continue
         for prefix, why in _RULES:
             reason = why(config) if key.startswith(prefix) else None
+            if reason is not None and key in _SWITCHES and reason.startswith(f"{key}="):
+                continue  # a switch is read by its own part: only a part above it leaves it unread
             if reason is not None:
                 unread.setdefault(reason, []).append(item.strip())
                 break

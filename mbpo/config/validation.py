@@ -220,6 +220,11 @@ def validate(config: Config) -> None:
     if len(m.rollout_schedule) != 4 or s1 < s0 or l0 < 1 or l1 < 1:
         raise ConfigError(f"model.rollout_schedule={m.rollout_schedule!r} is not allowed; expected "
                           "[start_epoch, end_epoch, start_len, end_len] with end_epoch >= start_epoch and lengths >= 1")
+    if m.enabled and m.rollout_n_step > 1 and max(l0, l1) < 2:
+        raise ConfigError(f"model.rollout_n_step={m.rollout_n_step} sums each branch's rewards over up to that many "
+                          f"steps, but model.rollout_schedule={m.rollout_schedule!r} keeps every branch 1 step long, "
+                          "so every row stays 1-step; give the branches a longer length (e.g. rollout_schedule=[0,0,"
+                          f"{m.rollout_n_step},{m.rollout_n_step}]) or set model.rollout_n_step=1")
     if m.enabled and m.macura:
         _check_macura(config)
     if m.lookahead.enabled:
