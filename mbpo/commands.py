@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mbpo.config import load_config
+from mbpo.config import ConfigError, load_config
 from mbpo.errors import MbpoError
 
 if TYPE_CHECKING:
@@ -32,9 +32,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config_path(path: str) -> Path:
-    """A config path as given, or relative to the repo (so the default works from any cwd)."""
+    """A config path as given, or relative to the repo (so the default works from any cwd); one in neither place
+    is named as typed, with both places looked in.
+    """
     p = Path(path)
-    return p if p.exists() or p.is_absolute() else REPO_ROOT / p
+    if p.exists() or p.is_absolute() or (REPO_ROOT / p).exists():
+        return p if p.exists() or p.is_absolute() else REPO_ROOT / p
+    raise ConfigError(f"config file {path!r} does not exist here ({Path.cwd()}) nor in mbpo's folder ({REPO_ROOT}); "
+                      "expected a YAML file such as configs/pendulum_sac.yaml")
 
 
 def cmd_train(args: argparse.Namespace) -> int:

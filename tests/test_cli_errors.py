@@ -52,6 +52,9 @@ def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_config_errors(tmp_path: Path) -> None:
     assert "env.num_envs=0 is out of range" in one_error_line(mbpo("train", "env.num_envs=0"))
     assert "nope.yaml' does not exist" in one_error_line(mbpo("train", "--config", "nope.yaml"))
+    line = one_error_line(mbpo("train", "--config", "myconf.yaml", cwd=tmp_path))  # as typed, not under the repo
+    assert line == (f"error: config file 'myconf.yaml' does not exist here ({tmp_path}) nor in mbpo's folder "
+                    f"({REPO}); expected a YAML file such as configs/pendulum_sac.yaml")
     assert "is a directory; expected a YAML file" in one_error_line(mbpo("train", "--config", "configs"))
     (tmp_path / "broken.yaml").write_text("seed: 0\nenv:\n  id: [Pendulum-v1\n")
     (tmp_path / "list.yaml").write_text("- seed: 0\n")
