@@ -44,8 +44,8 @@ def code_version(root: Path = _ROOT) -> dict[str, Any]:
         return out.stdout.strip()
 
     commit = git("rev-parse", "HEAD")
-    if not commit:
-        return {"commit": None, "dirty": None}
+    if not commit or git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
+        return {"commit": None, "dirty": None}  # no repository, or one that does not track mbpo (a venv inside it)
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
