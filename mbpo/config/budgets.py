@@ -62,6 +62,14 @@ def _too_long(amount: float, per_s: int, what: str) -> str | None:
     return f"at an optimistic {rate} {what}/s that is {took}, more than the {MAX_RUN_DAYS}-day limit"
 
 
+def _budget_key(per_transition: float | None, per_vector_step: float | None, keys: tuple[str, str],
+                num_envs: int) -> tuple[str, int]:
+    """The key a config sets a budget with (the per-transition one unless only the per-vector-step one is set),
+    and how many of the per-transition unit one of it is: a message names the user's own key, in its own unit.
+    """
+    return (keys[1], num_envs) if per_transition is None and per_vector_step is not None else (keys[0], 1)
+
+
 def check_budgets(config: Config) -> None:
     """Refuse a run that can never finish, showing the arithmetic (the constants above say why the numbers)."""
     steps = config.total_env_steps
@@ -72,30 +80,36 @@ def check_budgets(config: Config) -> None:
 
     a = config.agent
     utd = updates_per_transition(config)
+    key, unit = _budget_key(a.utd_ratio, a.updates_per_vector_step,
+                            ("agent.utd_ratio", "agent.updates_per_vector_step"), config.env.num_envs)
+    per_step = "" if unit == 1 else f" ({_num(utd)} per transition at env.num_envs={unit})"
     learning = max(steps - a.learning_starts, 0)
     updates = learning * utd
     too_long = _too_long(updates, OPTIMISTIC_UPDATES_PER_S, "updates")
     if too_long:
         fits = _floor3(OPTIMISTIC_UPDATES_PER_S * MAX_RUN_DAYS * 86_400 / learning)
-        cap = "" if fits <= MAX_UTD_RATIO else f" (the time limit alone allows {_num(fits)}, but no recipe uses " \
-            f"more than {MAX_UTD_RATIO:,} per transition)"
+        cap = "" if fits <= MAX_UTD_RATIO else f" (the time limit alone allows {_num(fits * unit)}, but no recipe " \
+            f"uses more than {MAX_UTD_RATIO:,} per transition)"
         raise ConfigError(
-            f"agent.utd_ratio={_num(utd)} asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
-            f"({_num(steps)} - {_num(a.learning_starts)}) x {_num(utd)} = {_num(updates)} gradient updates; "
-            f"{too_long}; expected agent.utd_ratio <= {_num(min(fits, MAX_UTD_RATIO))}{cap}, "
+            f"{key}={_num(utd * unit)}{per_step} asks for (total_env_steps - agent.learning_starts) x updates per "
+            f"transition = ({_num(steps)} - {_num(a.learning_starts)}) x {_num(utd)} = {_num(updates)} gradient "
+            f"updates; {too_long}; expected {key} <= {_num(_floor3(min(fits, MAX_UTD_RATIO) * unit))}{cap}, "
             "or fewer total_env_steps")
     if utd > MAX_UTD_RATIO:
         raise ConfigError(
-            f"agent.utd_ratio={_num(utd)} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
+            f"{key}={_num(utd * unit)}{per_step} is more than {MAX_UTD_RATIO:,} gradient updates per env transition; "
             "published recipes use 1-20 (REDQ/DroQ 20), so this is a typo (a total count rather than a ratio?); "
-            f"expected agent.utd_ratio <= {MAX_UTD_RATIO}")
+            f"expected {key} <= {_num(MAX_UTD_RATIO * unit)}")
 
     m = config.model
     if not m.enabled:
         return
     longest = max(m.rollout_schedule[2], m.rollout_schedule[3])  # the schedule's longer end
     per_real = rollouts_per_transition(config)
-    given = (f"model.rollouts_per_real={_num(per_real)} with a longest rollout of {longest} "
+    key, unit = _budget_key(m.rollouts_per_real, m.rollouts_per_vector_step,
+                            ("model.rollouts_per_real", "model.rollouts_per_vector_step"), config.env.num_envs)
+    per_step = "" if unit == 1 else f" ({_num(per_real)} per real transition at env.num_envs={unit})"
+    given = (f"{key}={_num(per_real * unit)}{per_step} with a longest rollout of {longest} "
              f"(model.rollout_schedule={m.rollout_schedule})")
     rollout_steps = steps * per_real * longest
     too_long = _too_long(rollout_steps, OPTIMISTIC_MODEL_STEPS_PER_S, "model steps")
@@ -104,13 +118,13 @@ def check_budgets(config: Config) -> None:
         raise ConfigError(
             f"{given} asks for total_env_steps x rollouts_per_real x longest rollout = {_num(steps)} x "
             f"{_num(per_real)} x {longest} = {_num(rollout_steps)} model rollout steps; {too_long}; "
-            f"expected model.rollouts_per_real <= {_num(fits)} at this rollout length, or shorter rollouts")
+            f"expected {key} <= {_num(_floor3(fits * unit))} at this rollout length, or shorter rollouts")
     capacity = per_real * m.epoch_length * longest * m.retain_epochs
     if capacity > MAX_MODEL_BUFFER_TRANSITIONS:
         per_epoch = per_real * m.epoch_length * longest
         fix = (f"model.retain_epochs <= {MAX_MODEL_BUFFER_TRANSITIONS // per_epoch:.0f}"
                if per_epoch <= MAX_MODEL_BUFFER_TRANSITIONS else
-               f"model.rollouts_per_real <= {_num(_floor3(MAX_MODEL_BUFFER_TRANSITIONS / (m.epoch_length * longest)))}")
+               f"{key} <= {_num(_floor3(MAX_MODEL_BUFFER_TRANSITIONS / (m.epoch_length * longest) * unit))}")
         raise ConfigError(
             f"{given}, model.epoch_length={m.epoch_length} and model.retain_epochs={m.retain_epochs} size the model "
             f"buffer at rollouts_per_real x epoch_length x longest rollout x retain_epochs = "

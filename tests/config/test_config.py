@@ -204,7 +204,8 @@ def test_impossible_update_budget_is_refused_with_the_arithmetic() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, ["agent.utd_ratio=1e9"])
     msg = str(err.value)
-    assert msg.startswith("agent.utd_ratio=1e9 asks for (total_env_steps - agent.learning_starts) x utd_ratio = "
+    assert msg.startswith("agent.utd_ratio=1e9 asks for (total_env_steps - agent.learning_starts) x updates per "
+                          "transition = "
                           "(20000 - 1000) x 1e9 = 1.9e13 gradient updates; at an optimistic 20,000 updates/s that is "
                           "30 years, more than the 30-day limit; expected agent.utd_ratio <= 1000"), msg
     # A short run with an absurd ratio is refused by the cap, saying why.
@@ -213,6 +214,27 @@ def test_impossible_update_budget_is_refused_with_the_arithmetic() -> None:
                                           r"expected agent\.utd_ratio <= 1000"):
         load_config(None, ["agent.utd_ratio=5000"])
     assert load_config(None, ["agent.utd_ratio=1000"]).agent.utd_ratio == 1000
+
+
+@pytest.mark.parametrize(("budget", "limit", "steps"), [
+    (["agent.utd_ratio=null", "agent.updates_per_vector_step=4096"], "agent.updates_per_vector_step <= 2000", 2000),
+    (["agent.utd_ratio=null", "agent.updates_per_vector_step=400"], "agent.updates_per_vector_step <= 103,", 10**9),
+    (["model.rollouts_per_real=null", "model.rollouts_per_vector_step=100000000"],
+     "model.rollouts_per_vector_step <= ", 2000),
+])
+def test_a_budget_set_per_vector_step_is_refused_in_its_own_key_and_the_limit_given_is_accepted(
+        budget: list[str], limit: str, steps: int) -> None:
+    """The messages named agent.utd_ratio (or model.rollouts_per_real) in per-transition units when the user set
+    the per-vector-step key: following their advice met the 'both set the budget' error.
+    """
+    run = ["env.num_envs=2", f"total_env_steps={steps}"]
+    with pytest.raises(ConfigError) as err:
+        load_config("configs/pendulum_mbpo.yaml", [*run, *budget])
+    msg = str(err.value)
+    assert msg.startswith(budget[1].split("=")[0] + "=") and limit in msg, msg
+    found = re.search(re.escape(limit.split(" <=")[0]) + r" <= ([\d.e]+)", msg)
+    assert found is not None, msg
+    load_config("configs/pendulum_mbpo.yaml", [*run, budget[0], f"{budget[1].split('=')[0]}={found.group(1)}"])
 
 
 def test_the_printed_utd_limit_is_itself_accepted() -> None:
