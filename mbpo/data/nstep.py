@@ -45,14 +45,20 @@ class NStepBuilder:
         """Add one vector step (1-step transitions of every env, mbpo.data.transitions keys, batch ``[num_envs]``).
 
         ``truncated`` says which episodes hit their time limit; returns the n-step transitions complete now.
-        Rows not in ``keep`` (a non-finite step that is dropped) emit nothing and end what their env had
-        pending. Keys other than the transition's own (the acting policy's version) come from the start step.
+        A row not in ``keep`` (a non-finite step that is dropped) emits nothing; its env's pending windows end as
+        time-outs at its last kept step (as :meth:`flush` ends them), so no finite step before it is lost. Keys
+        other than the transition's own (the acting policy's version) come from the start step.
         """
         num_envs, device = step.shape[0], step.device
         if self._ring is None:
             self._ring = step.unsqueeze(0).expand(self.n, num_envs).clone()
             self._age = torch.zeros(num_envs, dtype=torch.int64, device=device)
         assert self._age is not None
+        cut = None
+        if keep is not None and self._t > 0 and self.n > 1 and not bool(keep.all()):
+            dropped, pending = ~keep.to(device), self._age  # windows the last push left open: d < min(age, n - 1)
+            cut = self._close(self._ring[(self._t - 1) % self.n],
+                              lambda d: dropped & (d < pending) & (d < self.n - 1))
         slot = self._t % self.n
         self._ring[slot] = step
         self._t += 1
@@ -62,7 +68,7 @@ class NStepBuilder:
         age = self._age
         out = self._close(step, lambda d: keep & ((done & (d < age)) | (~done & (d == self.n - 1) & (age == self.n))))
         self._age = torch.where(done | ~keep, torch.zeros_like(self._age), self._age)
-        return out
+        return out if cut is None else torch.cat((cut, out))
 
     def _close(self, end: TensorDict, emit: Callable[[int], torch.Tensor]) -> TensorDict:
         """The windows ending at the newest push whose start ``t - d`` is in ``emit(d)``: each start's return

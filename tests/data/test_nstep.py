@@ -82,22 +82,32 @@ def test_every_start_is_emitted_once_its_window_closes() -> None:
     assert 3 * 40 - 3 * (n - 1) <= emitted <= 3 * 40
 
 
-def test_a_dropped_row_ends_its_envs_pending_starts_and_emits_no_nan() -> None:
-    data = stream(num_envs=2, steps=6, seed=1)
-    builder = NStepBuilder(3, 0.9)
-    emitted = []
+def test_a_dropped_row_ends_its_envs_pending_windows_at_its_last_kept_step_and_emits_no_nan() -> None:
+    """A non-finite row is dropped: the steps of its env before it are finite, and each starts one row, its
+    window ended as a time-out at the last kept step (they were lost: every 1-step transition lands once, the
+    dynamics model reads them too).
+    """
+    gamma, data = 0.9, stream(num_envs=2, steps=6, seed=1)
+    builder = NStepBuilder(3, gamma, keep_first_step=True)
+    pushed = []
     for t, (step, truncated) in enumerate(data):
         step[TERMINATED][:] = False
         truncated = torch.zeros(2, dtype=torch.bool)
         keep = torch.tensor([t != 3, True])
         if t == 3:
             step[REWARD][0] = float("nan")
-        emitted.append(builder.push(step, truncated, keep))
-    out = torch.cat(emitted)
+        pushed.append(builder.push(step, truncated, keep))
+    out = torch.cat(pushed)
     assert bool(torch.isfinite(out[REWARD]).all())
     starts = {e: sorted(int(t) for env, t in out[OBS].tolist() if int(env) == e) for e in (0, 1)}
-    # env 0: only the window that closed before the dropped step (t=3); its later steps start anew
-    assert starts == {0: [0], 1: [0, 1, 2, 3]}
+    # env 0: t=0 closed before the drop, t=1 and t=2 end at t=2; its later steps start anew
+    assert starts == {0: [0, 1, 2], 1: [0, 1, 2, 3]}
+    got = emitted(out)
+    rewards = [float(data[t][0][REWARD][0]) for t in (1, 2)]
+    for start, m in ((1, 2), (2, 1)):
+        ret, next_t, terminated, discount = got[(0, start)]
+        assert next_t == 2.5 and not terminated and discount == pytest.approx(gamma ** m)
+        assert ret == pytest.approx(sum(gamma ** i * r for i, r in enumerate(rewards[start - 1:])))
 
 
 def emitted(out: TensorDict) -> dict[tuple[int, int], tuple]:
