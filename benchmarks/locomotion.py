@@ -413,9 +413,16 @@ def done_scores(summary: dict[str, Any]) -> dict[int, float]:
     """A learner's score per done seed (:func:`summarize`'s runs): its full-length (STEPS) runs where it has any,
     else (a root of screens) its runs of their own length; never the two mixed.
     """
+    return {r["seed"]: r["score"] for r in scored_runs(summary)}
+
+
+def scored_runs(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs :func:`done_scores` scores: the ones the chart draws too, so that its curves and its legend's
+    seeds are the score's (a run still in progress would end every curve at its last evaluation).
+    """
     done = [r for r in summary.get("runs", []) if r["done"] and r["score"] is not None]
     full = [r for r in done if _full(r)]
-    return {r["seed"]: r["score"] for r in (full or done)}
+    return full or done
 
 
 def comparable_scores(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[int, float], dict[int, float]]:
@@ -549,13 +556,17 @@ def mean_curve(runs: list[Run], reps: int, stats: Rliable | str) -> dict[str, An
     if not found:
         return None
     c = found[0]
+    every = [i for i, n in enumerate(c["counts"]) if n == len(c["seeds"])]  # the points every seed has
+    x, values = [c["x"][i] for i in every], [c["values"][i] for i in every]
+    if not values:
+        return None
     band = None
-    if len(c["seeds"]) >= 2 and not isinstance(stats, str):
+    if len(c["seeds"]) >= 2 and values and not isinstance(stats, str):
         import numpy as np
 
-        matrix = np.asarray(c["values"], dtype=float).T[:, None, :]  # (seeds, 1 task, evaluations)
+        matrix = np.asarray(values, dtype=float).T[:, None, :]  # (seeds, 1 task, evaluations)
         band = interval(stats[0], matrix, lambda m: np.mean(m, axis=(0, 1)), reps)
-    return {"x": c["x"], "mean": [statistics.fmean(v) for v in c["values"]], "band": band, "seeds": len(c["seeds"])}
+    return {"x": x, "mean": [statistics.fmean(v) for v in values], "band": band, "seeds": len(c["seeds"])}
 
 
 def draw(env: str, runs: dict[str, list[Run]], out: Path, paper: dict[str, Any] | None,
@@ -701,7 +712,8 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
         charts = root if charts is None else charts
         charts.mkdir(parents=True, exist_ok=True)
         if runs:
-            by_learner = {m: [r for r in runs if r.path in dirs[m]] for m in learners}
+            scored = {Path(r["run_dir"]) for summary in learners.values() for r in scored_runs(summary)}
+            by_learner = {m: [r for r in runs if r.path in dirs[m] and r.path in scored] for m in learners}
             result["plot"] = str(draw(env, by_learner, charts / f"{env}_learning_curves.png", paper, published,
                                       question_learners(learners, best), learners,
                                       CHART_REPS if reps is None else reps, stats))

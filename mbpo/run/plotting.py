@@ -13,7 +13,9 @@ termination rate, and the critic's bias (mbpo.model_based.health, mbpo.run.evalu
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -241,16 +243,44 @@ def _as_runs(run_dirs: RunDirs) -> list[Run]:
     return runs
 
 
-def _points(run: Run, x: str, y: str) -> list[tuple[float, float]]:
-    return [(float(r[x]), float(r[y])) for r in run.rows if r.get(y) and r.get(x)]
+def _points(run: Run, x: str, y: str) -> list[tuple[float, float, float]]:
+    """``(env_steps, x, y)`` of each row that has ``x`` and ``y``."""
+    return [(float(r["env_steps"]), float(r[x]), float(r[y])) for r in run.rows
+            if r.get(y) and r.get(x) and r.get("env_steps")]
+
+
+def _aligned(each: list[list[tuple[float, float, float]]]) -> list[list[tuple[float, float]]]:
+    """The runs' points matched by env step to a grid, the evaluations of the run that got furthest: a point joins
+    the grid point nearest to it within half the grid's spacing there (one per run), so seeds meet at the same
+    env steps whatever their cadence (a resume may change ``eval_every``) and a run still in progress adds to the
+    points it has reached only. Per grid point, the ``(x, y)`` of the runs that have it.
+    """
+    grid = [p[0] for p in max(each, key=lambda points: (points[-1][0], len(points)))]
+    matched: list[list[tuple[float, float]]] = [[] for _ in grid]
+    for points in each:
+        best: dict[int, tuple[float, float, float]] = {}  # grid index -> (distance, x, y), the nearest of this run
+        for steps, x, y in points:
+            i = min(bisect.bisect_left(grid, steps), len(grid) - 1)
+            if i > 0 and steps - grid[i - 1] <= grid[i] - steps:
+                i -= 1
+            left = grid[i] - grid[i - 1] if i > 0 else math.inf
+            right = grid[i + 1] - grid[i] if i + 1 < len(grid) else math.inf
+            tolerance = min(left, right) / 2  # inf for a grid of one point
+            distance = abs(steps - grid[i])
+            if distance <= tolerance and (i not in best or distance < best[i][0]):
+                best[i] = (distance, x, y)
+        for i, (_, x, y) in best.items():
+            matched[i].append((x, y))
+    return matched
 
 
 def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> dict[str, dict[str, Any]]:
-    """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` (over seeds, the i-th evaluations of
-    the runs together), ``values`` (each point's values, one per seed: for other statistics) and ``seeds``. Runs
-    whose settings (evaluation cadence included, which is what aligns their i-th evaluations) differ only in their
-    seed make one curve; runs with one label but other settings get curves of their own, each label then naming
-    the keys where they differ. Run dirs that cannot be drawn are passed over with a note (:func:`load_runs`).
+    """Per curve label: ``x``, ``median``, ``low``, ``high`` of column ``y`` over the seeds at each point (the runs'
+    evaluations matched by env step: :func:`_aligned`), ``values`` (each point's values, one per seed that has it:
+    for other statistics), ``counts`` (how many seeds each point has) and ``seeds``. Runs whose settings differ
+    only in their seed make one curve; runs with one label but other settings get curves of their own, each label
+    then naming the keys where they differ. Run dirs that cannot be drawn are passed over with a note
+    (:func:`load_runs`).
     """
     if x not in X_AXES:
         raise MbpoError(f"--x {x!r} is not allowed; expected one of {', '.join(X_AXES)}")
@@ -265,12 +295,12 @@ def curves(run_dirs: RunDirs, x: str = "env_steps", y: str = "eval_return") -> d
         twins = [other for other in groups if other[0] == label]
         if len(twins) > 1:
             label = f"{label} [{_differences(settings, [t[1] for t in twins if t[1] != settings])}]"
-        each = [_points(r, x, y) for r in runs]
-        n = min(len(c) for c in each)
-        ys = [[c[i][1] for c in each] for i in range(n)]
-        out[label] = {"x": [statistics.median(c[i][0] for c in each) for i in range(n)],
+        points = _aligned([_points(r, x, y) for r in runs])
+        ys = [[y_ for _, y_ in p] for p in points]
+        out[label] = {"x": [statistics.median(x_ for x_, _ in p) for p in points],
                       "median": [statistics.median(v) for v in ys], "low": [min(v) for v in ys],
-                      "high": [max(v) for v in ys], "values": ys, "seeds": [r.seed for r in runs]}
+                      "high": [max(v) for v in ys], "values": ys, "counts": [len(v) for v in ys],
+                      "seeds": [r.seed for r in runs]}
     return out
 
 
@@ -301,6 +331,11 @@ def plot_runs(run_dirs: RunDirs, out: str | Path | None = None, x: str = "env_st
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for label, c in data.items():
         k = len(c["seeds"])
+        partial = [(xi, n) for xi, n in zip(c["x"], c["counts"], strict=True) if n < k]
+        if partial:  # a run in progress, or evaluated at other env steps: those points are the others' only
+            print(f"{NOTE} {label}: {len(partial)} of its {len(c['x'])} points have fewer than its {k} seeds (from "
+                  f"{partial[0][0]:,.0f} on: {partial[0][1]} of {k}); a run still in progress, or evaluated at other "
+                  "env steps", file=sys.stderr)
         line, = ax.plot(c["x"], c["median"], "o-", ms=3, label=f"{label} ({k} seed{'s' if k > 1 else ''})")
         if k > 1:
             ax.fill_between(c["x"], c["low"], c["high"], color=line.get_color(), alpha=0.2)

@@ -8,6 +8,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,6 +111,29 @@ def test_a_run_in_progress_or_damaged_is_passed_over_by_name_and_the_rest_report
     notes = [line for line in capsys.readouterr().err.splitlines() if "passed over" in line]
     assert len(notes) == 1
     assert notes[0].startswith(f"[locomotion] passed over {other}: {why.format(csv=other / 'metrics.csv')}")
+
+
+def test_the_chart_draws_the_runs_the_score_counts_not_one_still_in_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed in progress at 12,500 ended every curve there: the chart said 'screens', dropped the 30k target
+    and named 3 seeds beside a score of 2. It draws the done runs the score counts, as the JSON line does.
+    """
+    pytest.importorskip("matplotlib")
+    for seed in (0, 1):
+        scored_run(tmp_path, "redq", seed, 2_000.0)
+    in_progress = tmp_path / "hopper" / "redq-s2"
+    finished_run(in_progress, [0.0, 100.0, 200.0, 300.0])
+    (in_progress / "run.json").write_text(json.dumps({"done": False, "label": "ours"}))
+    drawn: dict[str, list[Any]] = {}
+
+    def draw(env: str, runs: dict[str, list[Any]], out: Path, *args: Any, **kwargs: Any) -> Path:
+        drawn.update(runs)
+        return out
+
+    monkeypatch.setattr(locomotion, "draw", draw)
+    result = locomotion.report("hopper", tmp_path, [0, 1, 2], charts=tmp_path / "img")
+    assert result["learners"]["redq"]["score_seeds"] == [0, 1]
+    assert sorted(r.path.name for r in drawn["redq"]) == ["redq-s0", "redq-s1"]
 
 
 def test_a_cut_last_row_is_not_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,6 +76,28 @@ def run_dir(tmp_path: Path, name: str, metrics: bytes | str, config: str | None 
     return run
 
 
+def test_seeds_meet_at_the_same_env_steps_whatever_their_cadence_or_length(tmp_path: Path) -> None:
+    """Evaluations were paired by position and every seed cut to the shortest: a resume that changed eval_every
+    paired one seed's 656 with another's 512, and a seed still in progress ended the whole curve at its last
+    evaluation. Points are matched by env step; a point a seed has not reached has the others only.
+    """
+    def metrics(evals: list[tuple[int, float]]) -> str:
+        return HEADER + "".join(f"{steps},{i},{i}.0,,{value}\n" for i, (steps, value) in enumerate(evals))
+
+    config = to_yaml(load_config(HOPPER))
+    resumed = run_dir(tmp_path, "r1", metrics([(128, -1.0), (256, -2.0), (320, -3.0), (400, -4.0), (656, -6.0),
+                                               (800, -8.0)]), config)
+    full = run_dir(tmp_path, "r2", metrics([(128, -10.0), (256, -20.0), (320, -30.0), (448, -40.0), (512, -50.0),
+                                            (640, -60.0), (704, -70.0), (800, -80.0)]),
+                   config.replace("seed: 0", "seed: 1"))
+    short = run_dir(tmp_path, "r3", metrics([(128, -100.0), (256, -200.0)]), config.replace("seed: 0", "seed: 2"))
+    (curve,) = curves([resumed, full, short]).values()
+    assert curve["seeds"] == [0, 1, 2]
+    assert curve["x"] == [128.0, 256.0, 320.0, 448.0, 512.0, 648.0, 704.0, 800.0]  # 656 joins 640
+    assert curve["counts"] == [3, 3, 2, 1, 1, 2, 1, 2]  # 400 is nearest 448, but further than half its spacing
+    assert curve["values"][5] == [-6.0, -60.0] and curve["values"][7] == [-8.0, -80.0]
+
+
 def test_a_last_row_cut_mid_write_is_not_plotted(tmp_path: Path) -> None:
     """A run in progress: -14 is the start of -1457.4, not an evaluation."""
     run = run_dir(tmp_path, "cut", EVALUATED + "300,3,3.0,,-14")
