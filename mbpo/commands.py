@@ -183,17 +183,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except envs.DeviceUnavailableError as exc:
         if args.device is not None:
             raise as_flag(exc) from None
-        env_device = "" if config.env.device is None else f" and env.device={config.env.device!r}"
-        raise MbpoError(f"the checkpoint's run trained with device={config.device!r}{env_device}, which this machine "
+        also = "" if config.env.device is None else f" and env.device={config.env.device!r}"
+        raise MbpoError(f"the checkpoint's run trained with device={config.device!r}{also}, which this machine "
                         f"does not have ({exc}); evaluate it here with --device cpu") from None
     device = plan.device
-    # the run's env id or factory, as it trained
+    # the run's env id or factory, as it trained, where it trained (env.device, else the learner's device)
+    env_device = (envs.resolve_device(config.env.device) if args.device is None and config.env.device is not None
+                  else device)
     try:
-        env = build_env(config.env, args.episodes, device, args.seed, render=video is not None)
+        env = build_env(config.env, args.episodes, env_device, args.seed, render=video is not None)
     except envs.EnvTooLargeError as exc:  # its advice names env.num_envs; here --episodes sets the envs
         fits = f" to at most {exc.fits:,}" if exc.fits else ""
         raise MbpoError(f"--episodes {args.episodes:,} runs as many {config.env.id} envs at once (one per episode), "
-                        f"more than {device} has memory for; lower --episodes{fits}") from None
+                        f"more than {env_device} has memory for; lower --episodes{fits}") from None
     env, _ = check_env(env, config.env, args.seed)  # evaluate() reseeds it
     agent = make_agent(acting_config(config.agent), env.observation_space, env.action_space, device, config.seed)
     try:
