@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +51,21 @@ def test_a_factory_from_a_folder_the_script_put_on_sys_path_builds_on_every_back
         tmp_path: Path, backend: str) -> None:
     """A script that puts its env's folder on ``sys.path`` and names the factory: a collector process has the
     trainer's path (its fork server starts with it); a Ray actor's worker had only its own, and the factory
-    'cannot be imported' there.
+    'cannot be imported' there. The factory's module imports one from a zip on ``PYTHONPATH``, which every
+    worker keeps too.
     """
     if backend == "ray":
         pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
     folder = tmp_path / "my_envs"
     folder.mkdir()
     (folder / "scripts_env.py").write_text(
-        "import envs\n\n\ndef make_env(num_envs, device, seed):\n"
-        "    return envs.make('Pendulum-v1', num_envs, device=device, seed=seed)\n")
+        "import envs\nimport zipped_names\n\n\ndef make_env(num_envs, device, seed):\n"
+        "    return envs.make(zipped_names.ENV_ID, num_envs, device=device, seed=seed)\n")
+    with zipfile.ZipFile(tmp_path / "names.zip", "w") as archive:
+        archive.writestr("zipped_names.py", "ENV_ID = 'Pendulum-v1'\n")
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(folder=str(folder), run_dir=tmp_path / "run", backend=backend))
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=110,
-                          env={**os.environ, "PYTHONPATH": ""})
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "names.zip")})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["env_steps"] == 128

@@ -71,19 +71,25 @@ def stop_signals_blocked() -> Iterator[None]:
 
 def driver_runtime_env() -> dict[str, Any]:
     """The job's runtime env: this process's own ``sys.path`` entries (a script's directory, a folder it put on the
-    path, the working directory) as the workers' ``PYTHONPATH``, so that a factory from a module only the driver's
-    path finds unpickles and imports in an actor as it does in a collector process (whose fork server starts with
-    the trainer's ``sys.path``). The interpreter's own entries (stdlib, site-packages) are the workers' already.
+    path, the working directory, a zip) ahead of the ``PYTHONPATH`` it was started with, as the workers'
+    ``PYTHONPATH`` (which replaces theirs), so that a factory from a module only the driver's path finds unpickles
+    and imports in an actor as it does in a collector process (whose fork server starts with the trainer's
+    ``sys.path``). The interpreter's own entries (stdlib, site-packages) are the workers' already.
     """
     import site
 
     user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
     own = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                           *([user] if isinstance(user, str) else []))]
-    extra = [p for p in dict.fromkeys(os.path.abspath(e) for e in sys.path if isinstance(e, str))
-             if os.path.isdir(p) and not any(os.path.realpath(p).startswith(o + os.sep) or os.path.realpath(p) == o
-                                             for o in own)]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(extra)}} if extra else {}
+
+    def interpreters(path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == o or real.startswith(o + os.sep) for o in own)
+
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = [os.path.abspath(e) for e in sys.path if isinstance(e, str)]
+    entries = [p for p in extra if os.path.exists(p) and not interpreters(p)] + inherited
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}} if entries else {}
 
 
 def start_private_ray(ray: Any, num_cpus: float) -> tuple[str | None, bool]:
