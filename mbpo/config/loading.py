@@ -89,7 +89,7 @@ def _merged(layers: list[tuple[str, str, bool]], overrides: list[str] | None) ->
         # merging into the structured Config keeps it a DictConfig
         cfg: DictConfig = OmegaConf.structured(Config)
         for text, source, literal in layers:
-            data = _check_yaml(text, source)
+            data = _as_written(_check_yaml(text, source), yaml.load(text, Loader=yaml.BaseLoader), Config)  # noqa: S506
             layer = cast(DictConfig, OmegaConf.create(_escaped(data) if literal else data))  # a mapping: checked
             layer.pop(BASE_KEY, None)
             _check_shapes(OmegaConf.to_container(layer), Config, "", f"{source}: ")
@@ -157,7 +157,8 @@ def _check_shapes(data: Any, cls: Any, prefix: str, where: str) -> None:
             _check_shapes(value, nested, f"{dotted}.", where)
             continue
         want = "mapping" if annotation.startswith("dict[") else "list" if annotation.startswith("list[") else "value"
-        if value is not None and got != want and ("mapping" in (got, want) or want == "list"):
+        reference = isinstance(value, str) and "${" in value  # an OmegaConf interpolation: resolved later
+        if value is not None and not reference and got != want and ("mapping" in (got, want) or want == "list"):
             field = fields[key]
             default = field.default_factory() if callable(field.default_factory) else field.default
             expected = {"mapping": f"a mapping (e.g. {dotted}={{name: 1}})", "value": "one value",
@@ -247,13 +248,37 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
+NULLS = ("", "~", "null", "Null", "NULL")
+"""YAML's spellings of null (an empty value too): a text key given one of them is null, not that text."""
+
+
+def _as_written(data: Any, raw: Any, cls: Any) -> Any:
+    """``data`` (a layer as YAML reads it) with each text key's value as written in ``raw`` (the same text read
+    with every scalar a string): a run dir ``2025_01_15`` or ``0o17`` in a file is that name, not a number.
+    """
+    if not isinstance(data, dict) or not isinstance(raw, dict):
+        return data
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    out = dict(data)
+    for key, value in data.items():
+        if key not in fields or key not in raw:
+            continue
+        nested = resolve_type(fields[key])
+        if nested is not None:
+            out[key] = _as_written(value, raw[key], nested)
+        elif str(fields[key]) in ("str", "str | None") and value is not None and not isinstance(value, str) \
+                and isinstance(raw[key], str):
+            out[key] = raw[key]
+    return out
+
+
 def _override_data(item: str) -> dict[str, Any]:
     """``key=value`` as nested plain data. A key the schema types as text takes the value as written (a run dir
     ``@scratch``, ``2025_01_15`` or ``yes`` is that name, not a YAML token); any other value is read as YAML
     (1.2 scalars, :data:`_UniqueKeyLoader`), a mistake in it named with the override.
     """
     key, text = (part.strip() for part in item.split("=", 1))
-    if _annotation(key) in ("str", "str | None") and text not in ("", "null", "~") and not (
+    if _annotation(key) in ("str", "str | None") and text not in NULLS and not (
             len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""):
         value: Any = text
     else:

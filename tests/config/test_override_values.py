@@ -32,6 +32,9 @@ pytestmark = pytest.mark.timeout(30)
     ("run_dir=%tmp", "run_dir", "%tmp"),
     ("run_dir='my run'", "run_dir", "my run"),
     ("run_dir=", "run_dir", None),
+    ("run_dir=NULL", "run_dir", None),  # every YAML spelling of null is null, a text key's too
+    ("env.factory=Null", "env.factory", None),
+    ("agent.sac.critic_hidden_sizes=${agent.sac.hidden_sizes}", "agent.sac.critic_hidden_sizes", [256, 256]),
     ("env.id=1:30", "env.id", "1:30"),
     ("env.kwargs={a: 010, b: yes, c: 2025-01-15}", "env.kwargs", {"a": 10, "b": "yes", "c": "2025-01-15"}),
 ])
@@ -44,12 +47,16 @@ def test_an_override_is_read_as_yaml_1_2_and_a_text_key_as_written(override: str
     assert value == expected and type(value) is type(expected)
 
 
-def test_a_file_is_read_as_yaml_1_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_dir", ["2025-01-15", "2025_01_15", "0o17", "010", "1:30", "yes"])
+def test_a_file_is_read_as_yaml_1_2_and_its_text_keys_as_written(tmp_path: Path, run_dir: str) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("base: " + str(Path("configs/pendulum_sac.yaml").resolve()) + "\nseed: 010\n"
-                    "run_dir: 2025-01-15\nprogress: off\n")
+                    f"run_dir: {run_dir}\nprogress: off\nagent:\n  sac:\n    critic_hidden_sizes: "
+                    "${agent.sac.hidden_sizes}\n")
     config = load_config(path)
-    assert (config.seed, config.run_dir, config.progress) == (10, "2025-01-15", False)
+    assert (config.seed, config.run_dir, config.progress) == (10, run_dir, False)
+    assert config.agent.sac.critic_hidden_sizes == config.agent.sac.hidden_sizes
+    assert config_from_yaml(to_yaml(config)) == config  # and a run's stored config reads back the same
 
 
 @pytest.mark.parametrize(("override", "message"), [
