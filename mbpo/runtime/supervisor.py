@@ -142,10 +142,11 @@ class CollectorPool:
 
     @property
     def hung_now(self) -> int:
-        """Collectors hung at this moment: the abandoned threads not replaced, and the replaced ones still stuck
-        (a thread that cannot be killed stays hung after a new one took its place).
+        """Collectors hung at this moment: the threads abandoned as hung that still run, replaced or not (a thread
+        that cannot be killed stays hung after a new one took its place; one whose step returned has ended).
         """
-        return len(self.hung) + sum(c.is_alive() for c in self._replaced_hung)
+        return sum(self.collectors[cid].is_alive() for cid in self.hung) + sum(
+            c.is_alive() for c in self._replaced_hung)
 
     def _observe(self) -> float:
         """The time of this check; a gap since the last one longer than UNOBSERVED_S is set aside (and said, when

@@ -246,4 +246,17 @@ def test_a_hung_thread_whose_budget_no_running_collector_will_take_is_replaced(
     checks_until(pool, clock, TIMEOUT_S + 1)
     assert made[-1] == (hung, 1) and pool.restarts == 1 and not pool.hung
     assert pool.hung_now == 1  # the replaced thread is still stuck: the metric did not drop to 0
+    pool.retired[0].is_alive = lambda: False  # type: ignore[method-assign]  # its step returned at last
+    assert pool.hung_now == 0
+
+
+def test_an_abandoned_thread_counts_as_hung_while_it_runs() -> None:
+    clock, logs = Clock(), []
+    pool = CollectorPool(2, lambda cid, inc: SilentThread(clock) if cid == 1 else Finished(clock),  # type: ignore
+                         Gate(), max_restarts=0, timeout_s=TIMEOUT_S, log=logs.append, clock=clock)
+    pool.start()
+    checks_until(pool, clock, TIMEOUT_S + 1)
+    assert pool.hung == {1} and pool.hung_now == 1
+    pool.collectors[1].is_alive = lambda: False  # type: ignore[method-assign]  # closing its env ended its step
+    assert pool.hung_now == 0
 
