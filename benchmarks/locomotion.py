@@ -429,9 +429,16 @@ def comparable_scores(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[int, f
     """Two learners' :func:`done_scores` where they are at one length (both with full-length runs, or both with
     screens only); else nothing: a screen's 15k score against a 30k one compares two other things.
     """
-    if (full_length(a) > 0) != (full_length(b) > 0):
+    if scored_at_full_length(a) != scored_at_full_length(b):
         return {}, {}
     return done_scores(a), done_scores(b)
+
+
+def scored_at_full_length(summary: dict[str, Any]) -> bool:
+    """Whether a learner's scores (:func:`scored_runs`) are at full length, not a screen's: a run at STEPS whose
+    score could not be read leaves its screens to be scored.
+    """
+    return any(_full(r) for r in scored_runs(summary))
 
 
 def full_scores(summary: dict[str, Any]) -> dict[int, float]:
@@ -731,7 +738,7 @@ def report(env: str, root: Path, seeds: list[int], best: str = BEST_MBPO,
     ours = mine.get("median_score")  # the ratios to each model-free learner stay on the median, as docs read them
     if ours is not None:  # against the model-free learners scored at our length only
         peers = {m: learners[m]["median_score"] for m in MODEL_FREE if learners.get(m, {}).get("median_score")
-                 and (full_length(learners[m]) > 0) == (full_length(mine) > 0)}
+                 and scored_at_full_length(learners[m]) == scored_at_full_length(mine)}
         targets["at_least_every_model_free"] = all(ours >= v for v in peers.values()) if peers else None
         targets["over_each_model_free"] = {m: round(ours / v, 3) for m, v in peers.items() if v > 0}
     result["targets"] = targets

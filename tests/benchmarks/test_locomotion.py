@@ -254,7 +254,12 @@ def test_a_learner_with_screens_only_is_not_compared_with_one_at_full_length(
     for seed in range(5):
         scored_run(tmp_path, "redq", seed, 1_000.0 + 100 * seed)
         scored_run(tmp_path, "mbpo_redq", seed, 3_000.0, evals=5)  # 5,000 to 15,000 env steps: screens
-    result = locomotion.report("hopper", tmp_path, list(range(5)))
+    unscored = tmp_path / "hopper" / "mbpo_redq-s5"  # at 30k, its 27,500 evaluation missing: no score
+    scored_run(tmp_path, "mbpo_redq", 5, 3_000.0)
+    scored_run(tmp_path, "redq", 5, 1_000.0)
+    lines = (unscored / "metrics.csv").read_text().splitlines(keepends=True)
+    (unscored / "metrics.csv").write_text("".join(line for line in lines if not line.startswith("27500,")))
+    result = locomotion.report("hopper", tmp_path, list(range(6)))
     assert result["learners"]["mbpo_redq"]["mean_score"] == 3_000.0  # still reported, at its own length
     assert (result["probability_of_improvement"]["seeds"], result["probability_of_improvement"]["probability"]) == (
         [], None)
