@@ -26,7 +26,7 @@ _ensure_venv() {
     "$py" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"' || {
       echo "[setup] $py is too old or missing; set PYTHON=/path/to/python3.10+" >&2; return 1; }
     echo "[setup] creating $VENV with $("$py" --version)"
-    "$py" -m venv "$VENV"
+    "$py" -m venv "$VENV" || { echo "[setup] could not create $VENV with $py" >&2; return 1; }
   fi
   want="$( (cat "$ROOT/pyproject.toml"; echo "$extras"; "$VENV/bin/python" --version) | sha256sum | cut -d' ' -f1)"
   stamp="$VENV/.mbpo-install-${extras:-base}"
@@ -37,8 +37,11 @@ _ensure_venv() {
   # pip compiles the installed modules one at a time (about a minute for torch and the rest); compileall -j 0
   # does the same on every core. Its status is pip's rule: a module that does not compile (a library's test data)
   # is left to fail where it is imported.
-  (cd "$ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-compile -e "$spec")
-  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # Each step checked by itself: called in a `cmd && ...` list or a $(...), bash runs this with set -e off, and
+  # a failed install went on to write the stamp (every later start then skipped the install).
+  (cd "$ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-compile -e "$spec") || {
+    echo "[setup] installing mbpo$([[ -n "$extras" ]] && echo "[$extras]") into $VENV failed (above)" >&2; return 1; }
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || return 1
   "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null || true
   echo "$want" > "$stamp"
 }

@@ -117,6 +117,25 @@ fi
     assert log.read_text().splitlines() == ["held"]
 
 
+def test_a_failed_install_writes_no_stamp_also_where_bash_turns_set_e_off(tmp_path: Path) -> None:
+    """``ensure_venv "" && ...`` (run_async.sh's path to PyYAML where no python outside the venv has it) runs with
+    set -e off: a failed pip install went on to write the stamp, and no later start tried the install again.
+    """
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("""#!/usr/bin/env bash
+if [[ "$1" == --version ]]; then echo "Python 3.11.0"; exit 0; fi
+if [[ "$1 $2 $3" == "-m pip install" ]]; then echo "pip: no network" >&2; exit 1; fi
+""")
+    python.chmod(0o755)
+    script = f"source ./run_async.sh && ROOT={tmp_path} VENV={tmp_path}/.venv && ensure_venv '' && echo went-on"
+    result = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode != 0 and "went-on" not in result.stdout, result
+    assert "installing mbpo into" in result.stderr and "failed" in result.stderr, result.stderr
+    assert not list((tmp_path / ".venv").glob(".mbpo-install-*"))
+
+
 def test_a_script_called_through_a_symlink_finds_the_checkout(tmp_path: Path) -> None:
     """``ln -s <repo>/run_async.sh ~/bin/mbpo-train``: the script took the link's folder for the checkout and set up
     a new .venv there ("file:///... does not appear to be a Python project"). run_async_test.sh finds it by the same
