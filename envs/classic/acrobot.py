@@ -25,7 +25,7 @@ G = 9.8
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """Both angles and both velocities ~ U(-0.1, 0.1), as gymnasium's reset."""
-    return torch.rand(n, 4, generator=generator, device=device) * 0.2 - 0.1
+    return torch.rand(n, 4, generator=generator, device=device, dtype=torch.float32) * 0.2 - 0.1
 
 
 def _dsdt(s: torch.Tensor, torque: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ RESET_HIGH = 0.05
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """Every state variable ~ U(-0.05, 0.05), as gymnasium's reset."""
-    return torch.empty(n, 4, device=device).uniform_(-RESET_HIGH, RESET_HIGH, generator=generator)
+    return torch.empty(n, 4, device=device, dtype=torch.float32).uniform_(-RESET_HIGH, RESET_HIGH, generator=generator)
 
 
 def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -52,7 +52,10 @@ def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def observe(state: torch.Tensor) -> torch.Tensor:
-    return state
+    """The state as the observation: a copy, so that a caller's in-place change of an observation (a running
+    normaliser's ``obs.sub_``) cannot move the simulation (gymnasium hands out copies too).
+    """
+    return state.clone()
 
 
 def render(state: np.ndarray) -> np.ndarray:

@@ -184,9 +184,8 @@ class ClassicVecEnv(VecEnv):
             idx = _nonzero(done)  # the count is on the host already: no separate .any()
             if idx.numel():
                 fresh = self.task.initial_state(idx.numel(), self._generator, self.device)
-                identity = final_obs.is_set_to(state)  # observe() hands back the state itself (CartPole)
                 state = state.clone().index_copy_(0, idx, fresh)  # a copy: final_obs keeps the true last rows
-                obs = state if identity else final_obs.clone().index_copy_(0, idx, self.task.observe(fresh))
+                obs = final_obs.clone().index_copy_(0, idx, self.task.observe(fresh))
                 steps.index_fill_(0, idx, 0)  # steps is this step's own tensor
         self._state, self.episode_steps = state, steps
         return obs, reward, terminated, truncated, {"final_obs": final_obs}

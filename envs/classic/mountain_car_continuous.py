@@ -25,7 +25,7 @@ POWER = 0.0015
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """position ~ U(-0.6, -0.4), velocity 0, as gymnasium's reset."""
-    position = torch.rand(n, generator=generator, device=device) * 0.2 - 0.6
+    position = torch.rand(n, generator=generator, device=device, dtype=torch.float32) * 0.2 - 0.6
     return torch.stack((position, torch.zeros_like(position)), dim=-1)
 
 
@@ -43,7 +43,10 @@ def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def observe(state: torch.Tensor) -> torch.Tensor:
-    return state
+    """The state as the observation: a copy, so that a caller's in-place change of an observation (a running
+    normaliser's ``obs.sub_``) cannot move the simulation (gymnasium hands out copies too).
+    """
+    return state.clone()
 
 
 def _height(x: float) -> float:

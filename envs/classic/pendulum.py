@@ -23,7 +23,7 @@ def initial_state(n: int, generator: torch.Generator, device: torch.device) -> t
     """theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), as gymnasium's reset. No tensor from a host list: on CUDA
     that is a copy from pageable memory, a host sync inside every step that resets an env.
     """
-    state = torch.rand(n, 2, generator=generator, device=device).mul_(2.0).sub_(1.0)
+    state = torch.rand(n, 2, generator=generator, device=device, dtype=torch.float32).mul_(2.0).sub_(1.0)
     state[:, 0].mul_(math.pi)
     return state
 

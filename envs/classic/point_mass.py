@@ -17,7 +17,7 @@ from envs.classic.render import Canvas
 
 
 def initial_state(n: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    return torch.rand(n, 1, generator=generator, device=device) * 2.0 - 1.0
+    return torch.rand(n, 1, generator=generator, device=device, dtype=torch.float32) * 2.0 - 1.0
 
 
 def dynamics(state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

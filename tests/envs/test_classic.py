@@ -283,6 +283,34 @@ def test_step_leaves_the_tensors_it_returned_alone(env_id: str) -> None:
             assert torch.equal(t, c)
 
 
+@pytest.mark.parametrize("sync_free", [False, True])
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_an_observation_changed_in_place_leaves_the_simulation_alone(env_id: str, sync_free: bool) -> None:
+    """CartPole and MountainCar handed out their state as the observation: a caller's in-place normalisation of
+    ``obs`` (or of ``final_obs``) moved the simulation. Gymnasium hands out copies.
+    """
+    env = envs.make(env_id, 8, seed=0, sync_free=sync_free)
+    g = torch.Generator().manual_seed(0)
+    for out in (env.reset(), *env.step(random_actions(env, g))[:1], env.step(random_actions(env, g))[4]["final_obs"]):
+        state = env.state.clone()
+        out.mul_(0.0).add_(123.0)
+        assert torch.equal(env.state, state)
+
+
+@pytest.mark.parametrize("env_id", sorted(TASKS))
+def test_observations_and_rewards_are_float32_whatever_torchs_default_dtype(env_id: str) -> None:
+    env = envs.make(env_id, 4, seed=0)
+    actions = random_actions(env, torch.Generator().manual_seed(0))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        obs = env.reset(seed=0)
+        next_obs, reward, _, _, info = env.step(actions)
+    finally:
+        torch.set_default_dtype(previous)
+    assert {obs.dtype, next_obs.dtype, reward.dtype, info["final_obs"].dtype, env.state.dtype} == {torch.float32}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("env_id", sorted(TASKS))
 def test_cuda_env_matches_cpu_and_never_syncs(env_id: str, cuda_device: str) -> None:
