@@ -5,8 +5,10 @@ Everything the trainer touches is a batched torch tensor on ``env.device``:
 * ``reset(seed=None, env_ids=None) -> obs``: ``(num_envs, obs_dim)`` float32.
   ``env_ids=None`` resets every env. A partial reset, ``env_ids`` = int64 indices
   (Isaac Lab / mjlab convention) or a bool mask ``(num_envs,)`` on any device,
-  starts a new episode in those envs only; the others keep their state, step
-  counters and RNG, and their rows of the returned obs are their current
+  starts a new episode in those envs only; the others keep their state and step
+  counters (an env that draws every start from one generator, as the native envs
+  and GPU simulators do, advances it: the others' later episodes start from
+  other draws), and their rows of the returned obs are their current
   observation. ``seed`` applies to full resets only (with ``env_ids`` it is a
   ValueError); an empty ``env_ids`` is a no-op. :func:`resolve_env_ids` checks them.
 * ``step(actions) -> (obs, reward, terminated, truncated, info)``:
@@ -171,10 +173,18 @@ def random_actions(env: VecEnv, generator: torch.Generator) -> torch.Tensor:
     else:
         box = cast(gym.spaces.Box, space)  # the contract: Box unless Discrete
         # float64 arithmetic: bounds near float32's limits are finite, their width in float32 is not
-        low = torch.as_tensor(box.low, dtype=torch.float64)
-        high = torch.as_tensor(box.high, dtype=torch.float64)
-        draws = torch.rand(n, env.act_dim, generator=generator)
-        actions = (low + (high - low) * draws.double()).clamp(low, high).float()
+        low = torch.as_tensor(box.low, dtype=torch.float64).expand(env.act_dim)
+        high = torch.as_tensor(box.high, dtype=torch.float64).expand(env.act_dim)
+        draws = torch.rand(n, env.act_dim, generator=generator).double()
+        actions = (low + (high - low) * draws).clamp(low, high)
+        lo_ok, hi_ok = torch.isfinite(low), torch.isfinite(high)
+        if not bool((lo_ok & hi_ok).all()):  # an unbounded side (only then more draws: a bounded Box's stream stays)
+            # as gymnasium's Box.sample: a normal where both sides are unbounded, an exponential off the finite one
+            normal = torch.randn(n, env.act_dim, generator=generator).double()
+            exponential = torch.empty(n, env.act_dim, dtype=torch.float64).exponential_(generator=generator)
+            actions = torch.where(lo_ok & hi_ok, actions, torch.where(
+                lo_ok, low + exponential, torch.where(hi_ok, high - exponential, normal)))
+        actions = actions.float()
     return actions.to(env.device)
 
 

@@ -87,7 +87,12 @@ NATIVE_WORKING_COPIES = 8
 
 
 def _check_fits(env_id: str, num_envs: int, device: torch.device, native: bool) -> None:
-    """Refuse, before allocating anything, a batch of envs that cannot fit this device's memory."""
+    """Refuse, before allocating anything, a batch of envs that cannot fit the memory they will live in: the
+    device's for native and mjlab envs, the host's for gymnasium's (their simulators run on the CPU whatever
+    device their tensors are handed over on).
+    """
+    if not native and not env_id.startswith("Mjlab-"):
+        device = torch.device("cpu")
     available = available_memory(device)
     if available is None:
         return

@@ -88,6 +88,24 @@ def test_a_gymnasium_build_of_an_id_with_a_native_one_is_sized_as_gymnasiums(
         envs.make("CartPole-v1", 10**9, source="gymnasium")
 
 
+def test_gymnasium_envs_are_sized_against_host_memory_on_any_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gymnasium env's simulator lives in host memory whatever device its tensors go to: its batch was checked
+    against the GPU's free memory (a small GPU refused what the host holds; a large one let through what it cannot).
+    """
+    from envs import registry
+
+    asked: list[str] = []
+
+    def available(device: torch.device) -> int:
+        asked.append(str(device))
+        return 10**12 if device.type == "cpu" else 10**6
+
+    monkeypatch.setattr(registry, "available_memory", available)
+    registry._check_fits("HalfCheetah-v5", 1_000, torch.device("cuda:0"), native=False)  # host RAM holds it
+    registry._check_fits("Pendulum-v1", 1_000, torch.device("cuda:0"), native=True)  # a native env: the GPU's
+    assert asked == ["cpu", "cuda:0"]
+
+
 def test_env_factory_errors(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     line = error_line(capfd, "train", "env.id=Mine", "env.factory=examples.nope:make_env", *FAST,
                       f"run_dir={tmp_path / 'a'}")

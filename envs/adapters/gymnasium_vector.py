@@ -280,10 +280,14 @@ def _action_space(space: gym.spaces.Space) -> gym.spaces.Space:
 
 
 def _max_episode_steps(spec: gym.envs.registration.EnvSpec | None) -> int | None:
-    """The time limit the sub-envs really run under: a ``make`` override wins over the spec."""
+    """The time limit the sub-envs really run under: a ``make`` override wins over the spec (an override of None
+    does not: gymnasium then applies the spec's own).
+    """
     if spec is None:
         return None
-    limit = spec.kwargs.get("max_episode_steps", spec.max_episode_steps)
+    limit = spec.kwargs.get("max_episode_steps")
+    if limit is None:
+        limit = spec.max_episode_steps
     return None if limit is None or limit < 0 else int(limit)
 
 

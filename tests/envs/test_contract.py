@@ -9,6 +9,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from gymnasium.spaces import Box
@@ -216,3 +218,16 @@ def test_random_actions_within_bounds_near_float32s_limits_are_finite() -> None:
     assert bool(torch.isfinite(actions).all()) and actions.dtype == torch.float32
     assert actions.max() > 1e38 and actions.min() < -1e38  # spread over the bounds
     probe(env, seed=0)
+
+
+def test_random_actions_in_an_unbounded_box_are_finite_and_keep_to_its_finite_side() -> None:
+    """An unbounded side gave NaN (inf - inf): ``rollout`` and the warm-up then stopped on 'the policy produced
+    NaN'. As gymnasium's Box.sample: a normal where both sides are unbounded, an exponential off a finite one.
+    """
+    env = BreaksContract(512, "cpu", 0, "unbounded_actions")
+    env.action_space = gym.spaces.Box(np.array([-np.inf, 0.5, -np.inf], np.float32),
+                                      np.array([np.inf, np.inf, -2.0], np.float32))
+    actions = envs.random_actions(env, torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(actions).all()) and actions.dtype == torch.float32
+    assert actions[:, 0].min() < 0 < actions[:, 0].max()
+    assert actions[:, 1].min() >= 0.5 and actions[:, 2].max() <= -2.0

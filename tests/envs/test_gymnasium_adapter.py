@@ -67,6 +67,14 @@ def test_mujoco_shapes_dtypes(env_id: str, obs_dim: int, act_dim: int) -> None:
         assert term.dtype == trunc.dtype == torch.bool
 
 
+def test_a_time_limit_of_none_is_the_specs_own_as_gymnasium_applies_it() -> None:
+    """``max_episode_steps=None`` reported no time limit while the sub-envs still stopped at the spec's 500."""
+    with GymnasiumVecEnv.from_id("CartPole-v1", 1, seed=0, max_episode_steps=None) as env:
+        assert env.max_episode_steps == 500
+    with GymnasiumVecEnv.from_id("CartPole-v1", 1, seed=0, max_episode_steps=7) as env:
+        assert env.max_episode_steps == 7
+
+
 @pytest.mark.parametrize(("env_id", "scale"), [("MountainCar-v0", 1.0), ("Hopper-v5", 3.0)])
 def test_same_step_autoreset_matches_single_env(env_id: str, scale: float) -> None:
     """final_obs is the true last obs, and obs the next episode's first, of a plain gym env."""
