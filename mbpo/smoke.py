@@ -212,6 +212,10 @@ def stage_training(ctx: SmokeContext) -> None:
     print(f"  eval return {first:.2f} -> {last:.2f} (mean of the last two evaluations)")
     # Holding still scores about -8 (E[x0^2] = 1/3 over 25 steps); steering to 0 scores about -0.5.
     _expect(last > -3.0 and last > first, f"MBPO did not learn PointMass: {first:.2f} -> {last:.2f}")
+    # plain SAC learns PointMass too: the model's part is checked by itself
+    _expect(row["model_version"] > 0 and row["model_buffer_size"] > 0,
+            f"the model never trained or rolled out (model version {row['model_version']}, model buffer "
+            f"{row['model_buffer_size']})")
 
 
 def _expect(ok: bool, what: str) -> None:

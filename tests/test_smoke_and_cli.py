@@ -72,3 +72,26 @@ def test_cli_without_a_command_trains_the_default_config(monkeypatch: pytest.Mon
 def test_debug_flag_is_accepted_after_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["rollout", "--num-envs", "2", "--steps", "3", "--device", "cpu", "--debug"]) == 0
     assert "debug mode" in capsys.readouterr().err
+
+
+def test_the_training_stage_fails_where_the_model_never_trained_or_rolled_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain SAC learns PointMass too: with the model's rollouts broken the stage passed on the return alone."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import mbpo.trainers
+
+    class Learned:  # a run whose return improved while its model did nothing
+        def __init__(self, config: object, run_dir: str) -> None:
+            self.run_dir = Path(run_dir)
+
+        def run(self) -> dict[str, float]:
+            (self.run_dir / "metrics.csv").write_text("env_steps,eval_return\n100,-8.0\n200,-0.6\n300,-0.5\n")
+            return {"env_steps": 300, "updates": 300, "utd_ratio_realised": 1.0, "model_version": 0,
+                    "model_buffer_size": 0}
+
+    monkeypatch.setattr(mbpo.trainers, "AsyncTrainer", Learned)
+    context = SimpleNamespace(env=SimpleNamespace(device="cpu"))
+    with pytest.raises(AssertionError, match="the model never trained or rolled out"):
+        smoke.stage_training(context)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ def native_bf16(device: torch.device | str) -> tuple[bool, str]:
         if not torch.cuda.is_available():
             return False, "CUDA is not available"
         major, minor = torch.cuda.get_device_capability(device)
-        ok = torch.cuda.is_bf16_supported(including_emulation=False)
+        ok = major >= 8  # native bf16 from Ampere on; is_bf16_supported() would answer for the current device
         return ok, f"{torch.cuda.get_device_name(device)}, compute capability {major}.{minor}"
     if device.type == "cpu":
         flags = [name for name, has in (("AVX512_BF16", torch.cpu._is_avx512_bf16_supported()),

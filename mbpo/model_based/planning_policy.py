@@ -41,14 +41,15 @@ class PlanningPolicy:
     @classmethod
     def replica(cls, agent: Any, config: ModelConfig, env_id: str, observation_space: gym.spaces.Box,
                 action_space: gym.spaces.Space, env: object, seed: int) -> PlanningPolicy:
-        """A collector's planner: a replica of the ensemble on the agent's device, in the precision that device
-        computes natively (model.precision was resolved for the learner's), with the run's rules for ``env_id``
-        (and ``env``'s own), to be filled by :meth:`load_snapshot`.
+        """A collector's planner: a replica of the ensemble on the agent's device, in fp32 where model.precision
+        says fp32, else in the precision that device computes natively (model.precision=auto/bf16 was resolved for
+        the learner's device, which may be a GPU), with the run's rules for ``env_id`` (and ``env``'s own), to be
+        filled by :meth:`load_snapshot`.
         """
         rules = model_rules(config, env_id, env)
         ensemble = DynamicsEnsemble(config, int(observation_space.shape[0]), action_space, agent.device,
                                     learn_termination=rules.termination is None, learn_reward=rules.reward is None,
-                                    precision="auto")  # the collector's device decides (the learner's may be a GPU)
+                                    precision="fp32" if config.precision == "fp32" else "auto")
         return cls(agent, ensemble, rules, config, action_space, seed)
 
     def act(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:

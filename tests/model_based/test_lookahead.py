@@ -203,3 +203,22 @@ def test_a_collectors_replica_plans_in_what_its_own_cpu_computes(monkeypatch: py
     agent = SAC(SACConfig(hidden_sizes=[16, 16], precision="fp32"), obs_space, BOX, "cpu", seed=0)
     policy = PlanningPolicy.replica(agent, config, "Pendulum-v1", obs_space, BOX, None, seed=0)
     assert policy.ensemble.precision == "fp32"
+
+
+def test_a_collectors_replica_keeps_an_explicit_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model.precision=fp32 on a CPU with native bf16: the collector's replica planned in bf16 (its precision was
+    'auto' whatever the config said), the sync trainer's in fp32.
+    """
+    from mbpo.agents.sac import SAC
+    from mbpo.config import ModelConfig, SACConfig
+    from mbpo.device import precision
+    from mbpo.model_based.planning_policy import PlanningPolicy
+
+    monkeypatch.setattr(precision, "native_bf16", lambda device: (True, "native bf16 here (test)"))
+    obs_space = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+    agent = SAC(SACConfig(hidden_sizes=[16, 16], precision="fp32"), obs_space, BOX, "cpu", seed=0)
+    for asked, planned in (("fp32", "fp32"), ("auto", "bf16")):
+        config = ModelConfig(enabled=True, hidden_sizes=[16, 16], weight_decay=[0, 0, 0], precision=asked,
+                             lookahead=LookaheadConfig(enabled=True))
+        policy = PlanningPolicy.replica(agent, config, "Pendulum-v1", obs_space, BOX, None, seed=0)
+        assert policy.ensemble.precision == planned, asked
