@@ -323,8 +323,9 @@ class AsyncTrainer(Trainer):
     def _ingest(self, item: CollectorBatch) -> None:
         data = item.data
         device = self.plan.device
-        if self.config.debug:
-            check_transitions(data, "queue -> replay buffer", device, self.env.obs_dim, self.env.action_space)
+        if self.config.debug:  # as the replay buffer takes it: a process or Ray batch comes on the CPU, moved below
+            check_transitions(data.to(device), "queue -> replay buffer", device, self.env.obs_dim,
+                              self.env.action_space)
         n = data.shape[0]
         with self.real_lock:
             if n:
