@@ -9,6 +9,7 @@ device and says how to fix it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,19 @@ import envs
 from envs.device import same_device
 from mbpo.errors import MbpoError
 
-__all__ = ["DevicePlan", "DeviceMismatchError", "device_of", "same_device"]
+__all__ = ["DevicePlan", "DeviceMismatchError", "device_of", "resolve_env_device", "same_device"]
 
 ACTING_DEVICE = torch.device("cpu")
+
+
+def resolve_env_device(env_device: str) -> torch.device:
+    """``env.device`` resolved (:func:`envs.resolve_device`), a device this machine lacks named as ``env.device``:
+    the message said ``device='cuda'`` and advised ``device='cpu'`` to a run whose ``device`` was cpu already.
+    """
+    try:
+        return envs.resolve_device(env_device)
+    except envs.DeviceUnavailableError as exc:
+        raise envs.DeviceUnavailableError(re.sub(r"\bdevice=", "env.device=", str(exc))) from None
 
 
 class DeviceMismatchError(MbpoError, RuntimeError):
@@ -72,7 +83,11 @@ class DevicePlan:
 
     @classmethod
     def for_run(cls, device: str, env_device: str | None) -> DevicePlan:
-        """The plan of a run's ``device`` and ``env.device``: ``device=auto`` follows an explicit ``env.device``."""
+        """The plan of a run's ``device`` and ``env.device``: ``device=auto`` follows an explicit ``env.device``
+        (checked first, so that a GPU this machine lacks is named by the key that asked for it).
+        """
+        if env_device is not None:
+            resolve_env_device(env_device)
         return cls.resolve(env_device if device == "auto" and env_device not in (None, "auto") else device)
 
     def check(self, on_device: dict[str, Any], on_cpu: dict[str, Any] | None = None) -> None:

@@ -19,6 +19,18 @@ def test_auto_resolves_to_cuda_if_available_else_cpu() -> None:
     assert plan.acting_device == torch.device("cpu")
 
 
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_an_env_device_this_machine_lacks_is_named_as_env_device(device: str) -> None:
+    """``device=cpu env.device=cuda:N`` said ``device='cuda:N' was requested ... use device='cpu'``: the key the
+    user set is env.device, and device was cpu already.
+    """
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(envs.DeviceUnavailableError) as info:
+        DevicePlan.for_run(device, f"cuda:{count}")
+    assert str(info.value).startswith(f"env.device='cuda:{count}' was requested")
+    assert "device='cuda" not in str(info.value).replace("env.device=", "")
+
+
 def test_missing_gpu_is_a_clear_error() -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(envs.DeviceUnavailableError, match=rf"device plan: .*cuda:{count}"):
