@@ -92,7 +92,8 @@ def check_snapshot(snapshot: Any, where: str, finite: bool = True, path: str = "
 def switches(num_collectors_asked: int, backend: str = "thread", model: bool = False, discrete: bool = False,
              in_collector: bool = False) -> list[str]:
     """One line per debug switch saying whether it is really in effect here (in this process: a collector
-    process reports its own, in the same words, and only the checks it runs). ``model``: the run has one (its
+    process reports its own, in the same words, and only the checks it runs; ``backend="sync"``: the sync
+    trainer's, which has no collectors). ``model``: the run has one (its
     hand-offs and elite indices are checked); ``discrete``: actions are checked against the Discrete space.
     """
     cuda_built = torch.version.cuda is not None
@@ -116,13 +117,18 @@ def switches(num_collectors_asked: int, backend: str = "thread", model: bool = F
     if in_collector:  # what this collector's own process checks; the trainer reports the rest
         where = {"process": "collector -> ring write", "ray": "collector -> object store"}.get(backend, "collector")
         return [*lines, f"hand-off checks ({checked}): on at {where}"]
-    sent = {"process": "collector -> ring write, ring read", "ray": "collector -> object store"}.get(
-        backend, "collector -> queue")
-    handoffs = [sent, "queue -> replay", "replay -> learner", *(["model rollouts -> model buffer"] if model else []),
-                "snapshot -> collectors"]
+    rollouts = ["model rollouts -> model buffer"] if model else []
+    if backend == "sync":  # the sync trainer steps its env itself: no collector, no queue, no snapshot
+        handoffs = ["env -> replay buffer", "replay -> learner", *rollouts]
+        collecting = "collectors: none (trainer=sync steps its env itself)"
+    else:
+        sent = {"process": "collector -> ring write, ring read", "ray": "collector -> object store"}.get(
+            backend, "collector -> queue")
+        handoffs = [sent, "queue -> replay", "replay -> learner", *rollouts, "snapshot -> collectors"]
+        collecting = f"collectors: 1 (config asked {num_collectors_asked}); queue: {DEBUG_QUEUE_SIZE} batches"
     lines += [
         f"autograd anomaly detection: {'on' if torch.is_anomaly_enabled() else 'off'}",
-        f"collectors: 1 (config asked {num_collectors_asked}); queue: {DEBUG_QUEUE_SIZE} batches",
+        collecting,
         f"hand-off checks ({checked}): on at {', '.join(handoffs)}",
         "host-side bounds checks: on for replay-buffer sample indices"
         + (", rollout start states and elite indices" if model else ""),

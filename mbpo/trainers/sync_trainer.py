@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 import envs
@@ -31,6 +32,7 @@ from envs.device import restore_generator
 from mbpo.config import Config
 from mbpo.data.nstep import n_step_builder
 from mbpo.data.transitions import real_transitions
+from mbpo.device.checks import check_transitions, switches
 from mbpo.model_based.planning_policy import PlanningPolicy
 from mbpo.run.metrics import MetricsLogger
 from mbpo.runtime.env_builder import check_training_env, env_label
@@ -84,10 +86,16 @@ class SyncTrainer(Trainer):
             raise
         own_logger = logger is None
         stop = threading.Event()
+        anomaly = torch.is_anomaly_enabled()
         try:
             logger = logger or MetricsLogger(self.run_dir, cfg.total_env_steps, cfg.progress,
                                              resume_at=self.env_steps or None)  # a resumed run keeps its rows
             self._forget_logged_metrics(logger)
+            if cfg.debug:  # as the async trainer: anomaly detection, and the hand-offs checked (_store, _run)
+                torch.autograd.set_detect_anomaly(True)
+                for line in switches(1, "sync", model=self.model is not None,
+                                     discrete=isinstance(self.env.action_space, gym.spaces.Discrete)):
+                    print(f"[mbpo debug] {line}", file=sys.stderr)
             with StopOnSignals(stop, lambda: "after the step in progress; " + self.stopping()) as signals:
                 try:
                     row = self._run(logger, stop)
@@ -98,6 +106,7 @@ class SyncTrainer(Trainer):
                 self.exit_code = 128 + signals.signum
             return row
         finally:
+            torch.autograd.set_detect_anomaly(anomaly)
             if own_logger and logger is not None:
                 logger.close()
             self._close_run_dir()
@@ -131,6 +140,9 @@ class SyncTrainer(Trainer):
                 self.learning_env_steps += n
                 owed = math.floor(self.learning_env_steps * self.utd_ratio + 1e-9) - self.updates_issued
                 for batch in self.policy_batches(owed):
+                    if cfg.debug:
+                        check_transitions(batch, "replay -> learner", self.plan.device, self.env.obs_dim,
+                                          self.env.action_space)
                     self.agent.update(batch)  # metrics: pop_metrics() at log time
                 self.updates_issued += owed
             self.time_s["model"] += tock - tick
@@ -218,6 +230,9 @@ class SyncTrainer(Trainer):
         elif keep is not None:
             data = data[keep.to(data.device)]
         if data.shape[0]:
+            if self.config.debug:
+                check_transitions(data.to(self.plan.device), "env -> replay buffer", self.plan.device,
+                                  self.env.obs_dim, self.env.action_space)
             self.buffer.extend(data)
         self._obs, poisoned = reset_poisoned(self.env, next_obs, self._who)
         self.env_steps += self.env.num_envs

@@ -75,6 +75,27 @@ def test_debug_mode_stops_a_run_at_the_collector_that_handed_over_a_bad_action(
         cli.main([*args, f"run_dir={tmp_path / 'plain'}"])
 
 
+def test_debug_mode_stops_a_sync_run_where_the_env_handed_over_a_bad_action(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """trainer=sync took --debug and did none of it: no anomaly detection, no hand-off checks, no report; the run
+    died in the learner's gather as without --debug. The trainer steps the env itself: its hand-off is the env's.
+    """
+    from mbpo.device.checks import HandoffError
+
+    args = ["--debug", "train", "--config", "configs/cartpole_dqn.yaml", "env.id=FaultyCartPole-v0",
+            "env.factory=envs.faults:faulty", "env.kwargs={at_step: 3}", "total_env_steps=600", "trainer=sync",
+            "agent.learning_starts=100", "eval_every=300", "eval_episodes=2", "device=cpu", f"run_dir={tmp_path}"]
+    capsys.readouterr()
+    with pytest.raises(HandoffError, match=r"env -> replay buffer: action row 0 is 2; the action space Discrete\(2\) "
+                                           r"allows \[0, 2\)"):
+        cli.main(args)
+    err = capsys.readouterr().err
+    assert "[mbpo debug] autograd anomaly detection: on" in err and "collectors: none (trainer=sync" in err
+    assert "hand-off checks (device, dtype, shape, finiteness, actions inside the Discrete space): on at env -> " \
+           "replay buffer, replay -> learner" in err
+    assert not torch.is_anomaly_enabled()  # restored after the run
+
+
 def test_the_debug_report_names_only_the_checks_the_run_makes() -> None:
     """A DQN run without a model was told of model and elite-index checks, and not of the action-bounds check."""
     from mbpo.device.checks import switches
