@@ -16,7 +16,7 @@ from mbpo.device.memory import network_bytes
 from mbpo.errors import MbpoError
 from mbpo.model_based.rollouts import rollout_bytes
 
-__all__ = ["check_memory", "transition_bytes"]
+__all__ = ["check_memory", "fit_bytes_per_row", "transition_bytes"]
 
 
 def check_memory(config: Config, obs_dim: int, act_dim: int, action_space: Any, device: torch.device) -> None:
@@ -41,6 +41,12 @@ def check_memory(config: Config, obs_dim: int, act_dim: int, action_space: Any, 
     rollout = (rollout_bytes(starts, m.rollout_batch_size, row + 8, obs_dim, act_dim, widest,
                              device) if m.enabled else 0)
     learner, ensemble = network_bytes(a, m if m.enabled else None, obs_dim, act_dim)
+    # A fit works on a copy of every real row so far and its own tensors of them (inputs raw and normalised,
+    # targets, their training split, the members' bootstrap and its shuffle), at their most once the buffer is
+    # full: several times the replay buffer's own bytes.
+    fit_rows = min(config.agent.buffer_size, config.total_env_steps)
+    fit_row = real_row + fit_bytes_per_row(obs_dim, act_dim, m.ensemble_size)
+    fit = fit_row * fit_rows if m.enabled else 0
     available = envs.available_memory(device)
     # (what it holds, bytes, the keys that size it)
     sized = [(f"replay buffer {config.agent.buffer_size:,} x {real_row} B = {_size(replay)}", replay,
@@ -51,6 +57,8 @@ def check_memory(config: Config, obs_dim: int, act_dim: int, action_space: Any, 
         sized.append((f"rollouts of {starts:,} branches, {min(starts, m.rollout_batch_size):,} at a time "
                       f"(model.rollout_batch_size): about {_size(rollout)} at their peak", rollout,
                       "model.rollout_batch_size"))
+        sized.append((f"a model fit on up to {fit_rows:,} real rows x {fit_row} B = {_size(fit)}", fit,
+                      "agent.buffer_size"))
     learner_keys = ("agent.sac.num_critics, agent.sac.hidden_sizes, agent.sac.critic_hidden_sizes"
                     if a.name == "sac" else "agent.dqn.hidden_sizes")
     sized.append((f"{a.name.upper()} networks with their optimizer state about {_size(learner)}", learner,
@@ -66,6 +74,15 @@ def check_memory(config: Config, obs_dim: int, act_dim: int, action_space: Any, 
         keys = ", ".join(k for _, n, k in sorted(sized, key=lambda part: -part[1]) if n >= need / 10)
         raise MbpoError(f"the networks and buffers need {_size(need)} on {device} but only "
                         f"{_size(available)} is available ({'; '.join(parts)}); lower {keys}")
+
+
+def fit_bytes_per_row(obs_dim: int, act_dim: int, ensemble_size: int) -> int:
+    """A model fit's own bytes per real row (mbpo.models.training): inputs raw, normalised and their training split
+    (3 x 4 B x (obs + act)), targets and their split (2 x 4 B x (obs + reward)), the members' bootstrap indices
+    (8 B each) and one epoch's shuffle of them (a float draw, its argsort and the gathered order: 20 B each).
+    """
+    inputs, targets = obs_dim + act_dim, obs_dim + 1
+    return 12 * inputs + 8 * targets + 28 * ensemble_size
 
 
 def transition_bytes(obs_dim: int, action_space: Any) -> int:

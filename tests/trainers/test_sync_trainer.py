@@ -451,6 +451,30 @@ def test_a_run_as_long_as_its_learning_starts_trains_and_is_not_told_it_trains_n
     assert "trains nothing" not in capsys.readouterr().err
 
 
+def test_a_model_fit_on_a_full_replay_buffer_is_counted_before_the_run_starts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A fit copies every real row and makes its own tensors of them (several times the buffer's bytes): a run
+    accepted on the buffers alone ran out of memory at a late fit. Its peak is said, and counted.
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    from mbpo.config import load_config
+    from mbpo.errors import MbpoError
+    from mbpo.trainers.memory_check import check_memory, fit_bytes_per_row
+
+    box = gym.spaces.Box(-2, 2, (1,), np.float32)
+    check_memory(load_config("configs/pendulum_mbpo.yaml"), 3, 1, box, torch.device("cpu"))
+    per_row = 34 + fit_bytes_per_row(3, 1, 7)  # Pendulum's real row and the fit's own tensors of it
+    assert f"a model fit on up to 2,000 real rows x {per_row} B" in capsys.readouterr().err  # total_env_steps
+    big = ["agent.buffer_size=100000000", "total_env_steps=100000000", "model.rollouts_per_real=1"]
+    available = 34 * 10**8 * 3  # the replay buffer fits three times over; its fit does not
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envs, "available_memory", lambda device: available)
+        with pytest.raises(MbpoError, match=r"a model fit on up to 100,000,000 real rows .*lower agent.buffer_size"):
+            check_memory(load_config("configs/pendulum_mbpo.yaml", big), 3, 1, box, torch.device("cpu"))
+
+
 def test_a_run_that_cannot_train_says_so_and_buffers_that_cannot_fit_are_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from mbpo.errors import MbpoError
