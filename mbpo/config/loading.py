@@ -361,14 +361,7 @@ _CLEARS = ("{}", "null", "~")
 
 def _is_mapping(dotted: str) -> bool:
     """Whether the schema types ``dotted`` as a dict (env.kwargs), whose overrides otherwise merge into it."""
-    parent, _, name = dotted.rpartition(".")
-    cls: Any = Config
-    for part in (parent.split(".") if parent else []):
-        cls = resolve_type({f.name: f.type for f in dataclasses.fields(cls)}.get(part))
-        if cls is None:
-            return False
-    annotation = str({f.name: f.type for f in dataclasses.fields(cls)}.get(name, ""))
-    return annotation.startswith(("dict[", "Dict[", "typing.Dict["))
+    return (_annotation(dotted) or "").startswith(("dict[", "Dict[", "typing.Dict["))
 
 
 def _fields_at(dotted: str | None) -> list[str]:

@@ -14,6 +14,10 @@ from mbpo.config import ConfigError, load_config
 pytestmark = pytest.mark.timeout(30)
 
 
+NOT_YAML = ("; expected a number, true/false, null, text, a list [a, b] or a mapping {k: v} (quote text that starts "
+            "with @, %, ! or holds brackets)")
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("agent.sac.hidden_sizes.0=32", "'agent.sac.hidden_sizes.0=32': agent.sac.hidden_sizes holds a mapping "
                                     "({'0': 32}); expected a list (e.g. agent.sac.hidden_sizes=[256, 256])"),
@@ -38,6 +42,19 @@ pytestmark = pytest.mark.timeout(30)
                         "you mean (checkpoint.<key>=...): every, keep"),
     ("agent..batch_size=1", "override 'agent..batch_size=1': its key has an empty part; expected dotted names (e.g. "
                             "agent.batch_size=256)"),
+    # a value that cannot be read: one ConfigError naming it, not PyYAML's or OmegaConf's traceback
+    ("agent.sac.hidden_sizes=[64,64", "override 'agent.sac.hidden_sizes=[64,64': its value is not valid YAML "
+                                      f"(expected ',' or ']', but got '<stream end>' at column 7){NOT_YAML}"),
+    ("env.kwargs={a: [1, 2}", f"override 'env.kwargs={{a: [1, 2}}': its value is not valid YAML (expected ',' or "
+                              f"']', but got '}}' at column 10){NOT_YAML}"),
+    ("env.kwargs.a=!x", "override 'env.kwargs.a=!x': its value is not valid YAML (could not determine a constructor "
+                        f"for the tag '!x' at column 1){NOT_YAML}"),
+    ("seed=1:30", "config key 'seed': Value '1:30' of type 'str' could not be converted to Integer"),
+    ("run_dir=runs/${name}", "config error at 'run_dir': Interpolation key 'name' not found"),
+    ("agent.sac.hidden_sizes=256", "'agent.sac.hidden_sizes=256': agent.sac.hidden_sizes holds a value (256); "
+                                   "expected a list (e.g. agent.sac.hidden_sizes=[256, 256])"),
+    ("model.weight_decay=1e-4", "'model.weight_decay=1e-4': model.weight_decay holds a value (0.0001); expected a "
+                                "list (e.g. model.weight_decay=[2.5e-05, 5e-05, 7.5e-05, 7.5e-05, 0.0001])"),
 ])
 def test_an_override_of_the_wrong_shape_is_one_error_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
