@@ -334,9 +334,24 @@ def _check_yaml(text: str, source: str) -> dict[str, Any] | None:
     return data
 
 
+class _QuotingDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting a text that this module's loader (YAML 1.2 scalars) would read as anything
+    else, as well as one YAML 1.1 readers would (``0o17``, ``1_000``, ``yes``): a stored config reads back as it
+    was, wherever the text is (an ``env.kwargs`` value too).
+    """
+
+
+_QuotingDumper.yaml_implicit_resolvers = {
+    first: list(yaml.SafeDumper.yaml_implicit_resolvers.get(first, []))
+    + list(_UniqueKeyLoader.yaml_implicit_resolvers.get(first, []))
+    for first in {*yaml.SafeDumper.yaml_implicit_resolvers, *_UniqueKeyLoader.yaml_implicit_resolvers}
+}
+
+
 def to_yaml(config: Config) -> str:
-    """The fully resolved config, as written to ``run_dir/config.yaml``."""
-    return OmegaConf.to_yaml(OmegaConf.structured(config))
+    """The fully resolved config, as written to ``run_dir/config.yaml`` (read back by :func:`config_from_yaml`)."""
+    data = OmegaConf.to_container(OmegaConf.structured(config), resolve=False)
+    return yaml.dump(data, Dumper=_QuotingDumper, default_flow_style=False, allow_unicode=True, sort_keys=False)
 
 
 def _explain(exc: OmegaConfBaseException) -> str:

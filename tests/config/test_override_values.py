@@ -67,3 +67,13 @@ def test_a_stored_config_reads_back_as_written_an_escaped_reference_included(tmp
     assert config.run_dir == f"{tmp_path}/lit_${{x}}"
     again = config_from_yaml(to_yaml(config))
     assert again == config
+
+
+def test_text_that_reads_as_a_number_is_stored_quoted_wherever_it_is() -> None:
+    """An ``env.kwargs`` value is no text key: '0o17' was stored unquoted and read back as 15 by resume and eval,
+    while the run had trained with '0o17'.
+    """
+    config = load_config(None, ["env.id=Mine-v0", "env.factory=tests.envs.factories:ours",
+                                "env.kwargs={tag: '0o17', day: '2025_01_15', flag: 'yes', n: 3}"])
+    assert config.env.kwargs == {"tag": "0o17", "day": "2025_01_15", "flag": "yes", "n": 3}
+    assert config_from_yaml(to_yaml(config)) == config
