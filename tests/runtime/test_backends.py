@@ -69,3 +69,18 @@ def test_a_factory_from_a_folder_the_script_put_on_sys_path_builds_on_every_back
                           env={**os.environ, "PYTHONPATH": str(tmp_path / "names.zip")})
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["env_steps"] == 128
+
+
+def test_the_workers_pythonpath_is_absolute_and_names_only_what_exists(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray worker runs in its own working directory: a relative entry the driver inherited would name another
+    folder there, and one that does not exist nothing at all.
+    """
+    from mbpo.runtime.backends.ray import driver_runtime_env  # plain Python: no Ray needed
+
+    (tmp_path / "rel").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["rel", "missing.zip"]))
+    entries = driver_runtime_env()["env_vars"]["PYTHONPATH"].split(os.pathsep)
+    assert str(tmp_path / "rel") in entries and all(os.path.isabs(e) and os.path.exists(e) for e in entries)
+    assert not any(e.endswith("missing.zip") for e in entries)

@@ -86,9 +86,10 @@ def driver_runtime_env() -> dict[str, Any]:
         real = os.path.realpath(path)
         return any(real == o or real.startswith(o + os.sep) for o in own)
 
-    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    extra = [os.path.abspath(e) for e in sys.path if isinstance(e, str)]
-    entries = [p for p in extra if os.path.exists(p) and not interpreters(p)] + inherited
+    inherited = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = [os.path.abspath(e) for e in sys.path if isinstance(e, str)]  # absolute: a worker's cwd is its own
+    entries = [p for p in extra if not interpreters(p)] + inherited
+    entries = [p for p in entries if os.path.exists(p)]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(entries))}} if entries else {}
 
 
