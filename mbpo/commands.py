@@ -186,10 +186,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         also = "" if config.env.device is None else f" and env.device={config.env.device!r}"
         raise MbpoError(f"the checkpoint's run trained with device={config.device!r}{also}, which this machine "
                         f"does not have ({exc}); evaluate it here with --device cpu") from None
-    device = plan.device
-    # the run's env id or factory, as it trained, where it trained (env.device, else the learner's device)
-    env_device = (envs.resolve_device(config.env.device) if args.device is None and config.env.device is not None
-                  else device)
+    device, env_device = plan.device, plan.env  # --device: both there; else where the run had them
     try:
         env = build_env(config.env, args.episodes, env_device, args.seed, render=video is not None)
     except envs.EnvTooLargeError as exc:  # its advice names env.num_envs; here --episodes sets the envs

@@ -248,6 +248,8 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
+TEXT = ("str", "str | None")
+"""The schema's text types (as :func:`_annotation` names them): such a key takes its value as written."""
 NULLS = ("", "~", "null", "Null", "NULL")
 """YAML's spellings of null (an empty value too): a text key given one of them is null, not that text."""
 
@@ -266,7 +268,7 @@ def _as_written(data: Any, raw: Any, cls: Any) -> Any:
         nested = resolve_type(fields[key])
         if nested is not None:
             out[key] = _as_written(value, raw[key], nested)
-        elif str(fields[key]) in ("str", "str | None") and value is not None and not isinstance(value, str) \
+        elif str(fields[key]) in TEXT and value is not None and not isinstance(value, str) \
                 and isinstance(raw[key], str):
             out[key] = raw[key]
     return out
@@ -278,7 +280,7 @@ def _override_data(item: str) -> dict[str, Any]:
     (1.2 scalars, :data:`_UniqueKeyLoader`), a mistake in it named with the override.
     """
     key, text = (part.strip() for part in item.split("=", 1))
-    if _annotation(key) in ("str", "str | None") and text not in NULLS and not (
+    if _annotation(key) in TEXT and text not in NULLS and not (
             len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""):
         value: Any = text
     else:

@@ -9,6 +9,7 @@ device and says how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -66,11 +67,20 @@ def device_of(component: Any) -> torch.device:
 
 @dataclass(frozen=True)
 class DevicePlan:
-    """The run's learner device ``device``; acting always happens on ``acting_device`` (CPU)."""
+    """The run's learner device ``device``; acting always happens on ``acting_device`` (CPU); the env lives on
+    ``env_device`` (``env.device``, else ``device``).
+    """
 
     device: torch.device
     requested: str
     acting_device: torch.device = ACTING_DEVICE
+    env_device: torch.device | None = None
+    """None: not given, the env lives on ``device`` (read it through :meth:`env`)."""
+
+    @property
+    def env(self) -> torch.device:
+        """Where the run's env lives: ``env.device`` where the config sets it, else the learner's device."""
+        return self.device if self.env_device is None else self.env_device
 
     @classmethod
     def resolve(cls, requested: str) -> DevicePlan:
@@ -86,9 +96,9 @@ class DevicePlan:
         """The plan of a run's ``device`` and ``env.device``: ``device=auto`` follows an explicit ``env.device``
         (checked first, so that a GPU this machine lacks is named by the key that asked for it).
         """
-        if env_device is not None:
-            resolve_env_device(env_device)
-        return cls.resolve(env_device if device == "auto" and env_device not in (None, "auto") else device)
+        env = None if env_device is None else resolve_env_device(env_device)
+        plan = cls.resolve(env_device if device == "auto" and env_device not in (None, "auto") else device)
+        return dataclasses.replace(plan, env_device=env)
 
     def check(self, on_device: dict[str, Any], on_cpu: dict[str, Any] | None = None) -> None:
         """Assert that ``on_device`` components are on the plan's device and ``on_cpu`` ones on CPU.

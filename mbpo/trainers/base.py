@@ -24,7 +24,7 @@ from mbpo.agents import make_agent
 from mbpo.config import Config, ConfigError, checked_copy, rollouts_per_transition, to_yaml, updates_per_transition
 from mbpo.config.seeding import derive, seed_everything
 from mbpo.data.replay import load_replay_state, make_replay_buffer, replay_state, sample_batches
-from mbpo.device.plan import DevicePlan, resolve_env_device
+from mbpo.device.plan import DevicePlan
 from mbpo.device.precision import resolve_precision
 from mbpo.model_based.learner import ModelBased
 from mbpo.models.rules import probe_transitions
@@ -116,7 +116,7 @@ class Trainer:
         seed_everything(config.seed)
         self.plan = DevicePlan.for_run(config.device, config.env.device)
         device = self.plan.device
-        self.env_device = resolve_env_device(config.env.device) if config.env.device else device
+        self.env_device = self.plan.env
         _resolve_precisions(config, device)
         self.identity = RunIdentity.new(config)
         """Which run this is; a resume adopts its checkpoint's (see :meth:`resume`)."""

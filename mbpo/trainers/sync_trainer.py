@@ -231,8 +231,8 @@ class SyncTrainer(Trainer):
             data = data[keep.to(data.device)]
         if data.shape[0]:
             if self.config.debug:
-                check_transitions(data.to(self.plan.device), "env -> replay buffer", self.plan.device,
-                                  self.env.obs_dim, self.env.action_space)
+                check_transitions(data, "env -> replay buffer", self.plan.device, self.env.obs_dim,
+                                  self.env.action_space)
             self.buffer.extend(data)
         self._obs, poisoned = reset_poisoned(self.env, next_obs, self._who)
         self.env_steps += self.env.num_envs

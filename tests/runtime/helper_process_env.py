@@ -20,7 +20,8 @@ class WithHelperProcess(FaultyEnv):
 
     def __init__(self, env: FaultyEnv, pid_dir: Path) -> None:
         super().__init__(env.env, env.fault, env.at_step, env.env_index, env.hang_s, env.delay_s)
-        self.helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        # a stand-in server: it does nothing until a signal ends it (no timing is waited on)
+        self.helper = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
         (pid_dir / str(self.helper.pid)).touch()
 
     def close(self) -> None:
