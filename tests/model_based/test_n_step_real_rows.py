@@ -60,7 +60,9 @@ def test_the_model_fits_the_first_steps_and_the_learner_the_n_step_returns(
     cfg = load_config(None, [*POINT_MASS_MBPO, "device=cpu", f"run_dir={tmp_path}", *TRAINER_RUNS[trainer_run],
                              "agent.n_step=3",
                              "total_env_steps=300", "env.num_envs=2", "runtime.collection_batch_size=16",
-                             "runtime.num_collectors=1"])
+                             "runtime.num_collectors=1",
+                             # what rows reach the fit and the updates, not learning: a few updates and epochs
+                             "agent.utd_ratio=1", "model.max_epochs=2"])
     fitted: list[tuple[torch.Tensor, ...]] = []
     real_discounts: list[torch.Tensor] = []
     fit, update = DynamicsEnsemble.fit, SAC.update

@@ -237,7 +237,8 @@ def test_a_crossq_learner_without_target_critics_trains_async_mbpo_on_every_back
     statistics.
     """
     cfg = tiny_config(*MODEL, f"runtime.backend={every_backend}", "agent.sac.crossq=true", "agent.sac.num_critics=3",
-                      "agent.sac.num_min=2", "agent.sac.dropout=0.05", "agent.sac.policy_delay=2")
+                      "agent.sac.num_min=2", "agent.sac.dropout=0.05", "agent.sac.policy_delay=2",
+                      "runtime.num_collectors=1")  # one is enough: each collector (each Ray actor) gets the same
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     assert trainer.agent.target_critic is None and row["skipped_updates"] == 0  # type: ignore[attr-defined]
@@ -667,7 +668,7 @@ def test_back_pressure_keeps_the_queue_and_the_ring_bounded(tiny_config: Callabl
     displace the oldest batch (drop_oldest, counted), and every transition is either stored or discarded.
     """
     cfg = tiny_config("runtime.max_queue_size=1", f"runtime.queue_full={queue_full}", "agent.utd_ratio=8",
-                      f"runtime.backend={backend}")
+                      f"runtime.backend={backend}", "total_env_steps=192")  # (192 - 63) x 8 updates
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     depths: list[int] = []
     ingest = trainer._ingest
@@ -678,8 +679,8 @@ def test_back_pressure_keeps_the_queue_and_the_ring_bounded(tiny_config: Callabl
 
     trainer._ingest = record_depth  # type: ignore[method-assign]  # a spy in place of the bound method
     row = trainer.run()
-    assert max(depths) <= 1 and row["env_steps"] == 384
-    assert len(trainer.buffer) + trainer.gate.discarded == 384
+    assert max(depths) <= 1 and row["env_steps"] == 192
+    assert len(trainer.buffer) + trainer.gate.discarded == 192
     assert (row["queue_drops"] == 0) if queue_full == "block" else (trainer.gate.discarded == 32 * row["queue_drops"])
     if backend == "process":  # every shared slot came back: a dropped batch frees its slot too
         assert trainer.backend.ring.free_slots == trainer.backend.ring.num_slots
@@ -739,7 +740,8 @@ def test_n_step_transitions_are_built_by_every_backends_collectors(tiny_config: 
                                                                    thread_baseline: int, every_backend: str) -> None:
     from mbpo.data.transitions import DISCOUNT
 
-    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={every_backend}")
+    cfg = tiny_config("agent.n_step=3", "env.num_envs=2", f"runtime.backend={every_backend}",
+                      "runtime.num_collectors=1")  # one is enough: each collector builds its own (each a Ray actor)
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     row = trainer.run()
     data = trainer.buffer[: len(trainer.buffer)]

@@ -97,7 +97,8 @@ def test_a_run_trained_with_an_env_factory_is_not_resumed_on_the_configs_env(
     """The config names the same task (Pendulum-v1), so only the checkpoint can tell: resumed from the command
     line, the run is one error line naming the factory and exit 2, and its checkpoints stay as they were.
     """
-    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "total_env_steps=256", "checkpoint.every=128")
+    cfg = tiny_config(*TRAINER_RUNS[trainer_run], "total_env_steps=256", "checkpoint.every=128",
+                      "runtime.num_collectors=1")  # what the checkpoint says, not how many collected it
     make_trainer(cfg, cfg.run_dir, env_factory=gymnasium_vector_env).run()
     checkpoints = {p.name: p.stat().st_mtime_ns for p in Path(cfg.run_dir, "checkpoints").iterdir()}
     capsys.readouterr()

@@ -31,10 +31,12 @@ def epsilon_mean(after: int, upto: int) -> float:
 def test_the_first_row_after_a_resume_from_the_final_checkpoint_averages_only_its_own_updates(
         trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "r"
-    assert cli.main(["train", *DQN, *TRAINER_RUNS[trainer_run], f"run_dir={run}"]) == 0
-    assert cli.main(["resume", str(run), "total_env_steps=1500"]) == 0, capsys.readouterr().err[-3000:]
+    short = ["total_env_steps=500", "agent.learning_starts=100", "eval_every=250", "log_every=100",
+             "checkpoint.every=250"]  # DQN's run halved: rows at 100 .. 500, checkpoints at 250 and 500
+    assert cli.main(["train", *DQN, *short, *TRAINER_RUNS[trainer_run], f"run_dir={run}"]) == 0
+    assert cli.main(["resume", str(run), "total_env_steps=750"]) == 0, capsys.readouterr().err[-3000:]
     rows = read_metrics(run / "metrics.csv")
-    at_end = next(i for i, row in enumerate(rows) if int(row["env_steps"]) == 1000)
+    at_end = next(i for i, row in enumerate(rows) if int(row["env_steps"]) == 500)
     before, after = rows[at_end], rows[at_end + 1]
     u0, u1 = int(before["updates"]), int(after["updates"])
     assert u1 > u0 and int(after["skipped_updates"]) == 0
