@@ -55,7 +55,8 @@ def test_train_eval_resume_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_train_refuses_to_overwrite_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """And its start-up line names the device ``auto`` became (it said ``device=auto``, the next lines ``cpu``)."""
     run = tmp_path / "run"
-    assert cli.main(["train", f"run_dir={run}", *TINY, "total_env_steps=150", "device=auto"]) == 0
+    fast = ["model.enabled=false", "agent.utd_ratio=1"]  # the refusal and the start-up line, not the learning
+    assert cli.main(["train", f"run_dir={run}", *TINY, "total_env_steps=150", "device=auto", *fast]) == 0
     assert re.search(r", device=auto \((cpu|cuda:\d+)\); run dir ", capsys.readouterr().err)
     assert cli.main(["train", f"run_dir={run}", *TINY]) == 2
     assert "already holds a run with checkpoints" in capsys.readouterr().err
@@ -82,9 +83,11 @@ def test_plot_compares_runs_with_seeds_as_median_and_range(tmp_path: Path, capsy
     from mbpo.run.plotting import curves
 
     runs = []
+    few = "agent.learning_starts=250"  # 50 updates a run (100 at utd 2): the curves are the question, not the learning
     for name, extra in (("a0", ["seed=0"]), ("a1", ["seed=1"]), ("b0", ["seed=0", "agent.utd_ratio=2"])):
         runs.append(tmp_path / name)
-        assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={runs[-1]}", *TINY, *extra]) == 0
+        assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={runs[-1]}", *TINY, few,
+                         *extra]) == 0
     data = curves(runs)
     sync = ", sync trainer"  # TINY runs the sync trainer
     assert set(data) == {f"Pendulum-v1 SAC, utd 1{sync}", f"Pendulum-v1 SAC, utd 2{sync}"}  # the config's utd is 1
@@ -222,11 +225,12 @@ def test_collector_settings_for_a_sync_trainer_are_said_to_have_no_effect(
     assert ("note: runtime.backend=process, runtime.num_collectors=4 have no effect with trainer=sync"
             in captured.err)
     assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'more'}", *TINY,
-                     "runtime.collection_batch_size=8", "runtime.ray.num_cpus_per_collector=2",
+                     "total_env_steps=150", "runtime.collection_batch_size=8", "runtime.ray.num_cpus_per_collector=2",
                      "runtime.nonfinite=drop"]) == 0
     assert ("note: runtime.collection_batch_size=8, runtime.ray.num_cpus_per_collector=2.0 have no effect with "
             "trainer=sync" in capsys.readouterr().err)  # every runtime key it does not read; nonfinite it does
-    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'plain'}", *TINY]) == 0
+    assert cli.main(["train", "--config", "configs/pendulum_sac.yaml", f"run_dir={tmp_path / 'plain'}", *TINY,
+                     "total_env_steps=150"]) == 0
     assert "note:" not in capsys.readouterr().err
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from mbpo import cli
 from mbpo.run.metrics import read_metrics
+from tests.conftest import TRAINER_RUNS
 
 imageio = pytest.importorskip("imageio.v3", reason="the video extra is not installed (pip install -e '.[video]')")
 pytestmark = pytest.mark.timeout(120)
@@ -42,15 +43,12 @@ def assert_films_point_mass(path: Path, episodes: int = 1) -> None:
 
 
 @MP4
-@pytest.mark.parametrize("trainer", [
-    ["trainer=sync"],
-    ["trainer=async"],
-    pytest.param(["trainer=async", "runtime.backend=process"], marks=pytest.mark.slow),
-], ids=["sync", "async-thread", "async-process"])
+@pytest.mark.parametrize("trainer", ["sync", "thread", pytest.param("process", marks=pytest.mark.slow)],
+                         ids=["sync", "async-thread", "async-process"])  # by name: process shares the worker's server
 def test_train_keeps_a_video_of_each_evaluation(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                trainer: list[str]) -> None:
+                                                trainer: str) -> None:
     run = tmp_path / "run"
-    assert cli.main(["train", *TINY, *trainer, "eval_video=true", f"run_dir={run}"]) == 0
+    assert cli.main(["train", *TINY, *TRAINER_RUNS[trainer], "eval_video=true", f"run_dir={run}"]) == 0
     assert last_json(capsys.readouterr().out)["env_steps"] >= 200
     steps = evaluated_at(run)
     assert steps and sorted(p.name for p in (run / "videos").iterdir()) == sorted(f"eval_{s}.mp4" for s in steps)

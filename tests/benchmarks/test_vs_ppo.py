@@ -31,8 +31,8 @@ pytestmark = pytest.mark.timeout(120)
 NUM_ENVS, STEPS, COST_US = 2, 200, 1000.0
 TINY = ["device=cpu", "progress=false", f"total_env_steps={STEPS}", f"eval_every={STEPS}", "eval_episodes=3",
         f"log_every={STEPS}", "agent.learning_starts=100", "agent.batch_size=16", "agent.sac.hidden_sizes=[16,16]",
-        "model.enabled=false", "checkpoint.every=100000", f"env.num_envs={NUM_ENVS}", "runtime.num_collectors=1",
-        "runtime.collection_batch_size=20"]
+        "model.enabled=false", "agent.utd_ratio=1", "checkpoint.every=100000", f"env.num_envs={NUM_ENVS}",
+        "runtime.num_collectors=1", "runtime.collection_batch_size=20"]
 SLOWED = ["env.id=SimCost-Pendulum-v1", "env.factory=envs.sim_cost:slowed", "env.kwargs.env_id=Pendulum-v1",
           f"env.kwargs.cost_us={COST_US}", f"env.kwargs.only_num_envs={NUM_ENVS}"]
 STEP_COST_S = COST_US * NUM_ENVS / 1e6
@@ -194,13 +194,13 @@ def test_a_bad_cost_in_env_kwargs_is_one_error_line_and_exit_2(cost: str, shown:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_collectors_in_other_processes_build_the_slowed_env_by_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["process"])  # as a parameter: the worker's fork server (tests/conftest.py)
+def test_collectors_in_other_processes_build_the_slowed_env_by_name(backend: str, tmp_path: Path) -> None:
     """A child imports the factory by name and waits in its own steps: the env time it reports is at least one
     wait per vector step (a wait never returns early), where Pendulum's own steps take ~1% of that. A Ray actor
     builds a factory by name the same way (tests/runtime/test_ray_backend.py), so the process backend stands
     for both here: a Ray run costs this suite over a minute.
     """
-    backend = "process"
     run_dir = tmp_path / "run"
     assert cli.main(["train", *SLOWED, *TINY, "trainer=async", f"runtime.backend={backend}",
                      f"run_dir={run_dir}"]) == 0

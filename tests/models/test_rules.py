@@ -129,6 +129,7 @@ def test_a_run_with_a_given_termination_never_uses_a_learned_head(tmp_path: Path
 
     monkeypatch.setattr(sys.modules[__name__], "never", counting_never)
     cfg = load_config(None, [*POINT_MASS_MBPO, "device=cpu", f"run_dir={tmp_path}", "total_env_steps=200",
+                             "agent.utd_ratio=1", "eval_episodes=1",  # the rules are the question, not the returns
                              f"model.termination={HERE}:never"])
     trainer = SyncTrainer(cfg, tmp_path)
     model = trainer.model

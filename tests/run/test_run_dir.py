@@ -25,8 +25,10 @@ from tests.conftest import only_learner
 pytestmark = pytest.mark.timeout(120)
 
 TINY = ["device=cpu", "progress=false", "eval_every=150", "eval_episodes=2", "log_every=150",
-        "agent.learning_starts=100", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
+        "agent.learning_starts=100", "agent.utd_ratio=0.2", "agent.batch_size=32", "agent.sac.hidden_sizes=[32,32]",
         "agent.dqn.hidden_sizes=[32,32]", "checkpoint.every=150", "checkpoint.keep=2", "trainer=sync"]
+"""A small sync run: 30 updates per 150 env steps (a learner with optimizer state to checkpoint and resume; the
+tests are about the run dir, not the learning)."""
 HOLD = ("import sys; from mbpo.run.run_dir import RunLock; RunLock(sys.argv[1]).acquire(); "
         "print('locked', flush=True); sys.stdin.read()")
 
