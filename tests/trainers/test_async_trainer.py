@@ -7,6 +7,7 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -664,24 +665,39 @@ def test_async_evaluates_on_the_sync_trainers_cadence(tiny_config: Callable[...,
 @pytest.mark.parametrize("queue_full", ["block", "drop_oldest"])
 def test_back_pressure_keeps_the_queue_and_the_ring_bounded(tiny_config: Callable[..., Config], thread_baseline: int,
                                                             backend: str, queue_full: str) -> None:
-    """A one-batch queue behind a learner doing 8 updates per transition: collectors wait (block) or
-    displace the oldest batch (drop_oldest, counted), and every transition is either stored or discarded.
+    """A one-batch queue behind a learner that stops at its first batch until a collector has met the queue full:
+    collectors wait (block) or displace the oldest batch (drop_oldest, counted), and every transition is either
+    stored or discarded. The gate is left wide open, so only the queue holds the collectors back.
     """
-    cfg = tiny_config("runtime.max_queue_size=1", f"runtime.queue_full={queue_full}", "agent.utd_ratio=8",
-                      f"runtime.backend={backend}", "total_env_steps=192")  # (192 - 63) x 8 updates
+    cfg = tiny_config("runtime.max_queue_size=1", f"runtime.queue_full={queue_full}", f"runtime.backend={backend}",
+                      "runtime.ratio_tolerance=1000", "runtime.max_lead=0", "total_env_steps=192")
     trainer = AsyncTrainer(cfg, cfg.run_dir)
     depths: list[int] = []
-    ingest = trainer._ingest
+    met_full, learner_waited = threading.Event(), []
+    ingest, put = trainer._ingest, trainer.queue.put
 
     def record_depth(item: CollectorBatch) -> None:
-        depths.append(len(trainer.queue))
+        if not learner_waited:  # the learner's first batch: it takes nothing more until the queue has been full
+            learner_waited.append(met_full.wait(60))
         ingest(item)
 
-    trainer._ingest = record_depth  # type: ignore[method-assign]  # a spy in place of the bound method
+    def put_seeing_full(item: CollectorBatch, *args: Any, **kwargs: Any) -> bool:
+        if len(trainer.queue) >= trainer.queue.max_size:
+            met_full.set()
+        done = put(item, *args, **kwargs)
+        depths.append(len(trainer.queue))
+        return done
+
+    trainer._ingest = record_depth  # type: ignore[method-assign]  # spies in place of the bound methods
+    trainer.queue.put = put_seeing_full  # type: ignore[method-assign]
     row = trainer.run()
+    assert learner_waited == [True]  # a collector met the queue full
     assert max(depths) <= 1 and row["env_steps"] == 192
     assert len(trainer.buffer) + trainer.gate.discarded == 192
-    assert (row["queue_drops"] == 0) if queue_full == "block" else (trainer.gate.discarded == 32 * row["queue_drops"])
+    if queue_full == "block":
+        assert row["queue_drops"] == 0 and len(trainer.buffer) == 192
+    else:
+        assert row["queue_drops"] >= 1 and trainer.gate.discarded == 32 * row["queue_drops"]
     if backend == "process":  # every shared slot came back: a dropped batch frees its slot too
         assert trainer.backend.ring.free_slots == trainer.backend.ring.num_slots
 
