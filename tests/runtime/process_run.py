@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from envs import VecEnv
 from envs.faults import FaultyFactory
-from mbpo.config import load_config
-from mbpo.runtime.collectors import CollectorBatch
-from mbpo.trainers import AsyncTrainer
-from tests.conftest import only_learner
-from tests.runtime.conftest import TINY
+
+if TYPE_CHECKING:
+    from envs import VecEnv
+    from mbpo.runtime.collectors import CollectorBatch
+
+# The trainer's imports are main()'s own: each collector process imports this module again (as the spawn and
+# forkserver start methods import the main module), and at the top they took most of a second of every child's
+# CPU (the trainers and torchrl, pytest and the test suite's conftests), eight children a test.
 
 
 class PerCollectorFaults:
@@ -34,6 +37,11 @@ class PerCollectorFaults:
 
 
 def main(argv: list[str]) -> int:
+    from mbpo.config import load_config
+    from mbpo.trainers import AsyncTrainer
+    from tests.conftest import only_learner
+    from tests.runtime.conftest import TINY
+
     run_dir, rest = argv[0], argv[1:]
     faults = next((a.split("=", 1)[1].split(",") for a in rest if a.startswith("faults=")), [])
     overrides = [a for a in rest if not a.startswith("faults=")]

@@ -25,7 +25,8 @@ def test_debug_mode_collectors_report_their_switches_and_check_their_hand_off(
         request: pytest.FixtureRequest) -> None:
     if backend == "ray":
         request.getfixturevalue("module_ray")
-    cfg = tiny_config(f"runtime.backend={backend}", "debug=true", "total_env_steps=128")
+    # two batches through the checked hand-off; the updates, slow under anomaly detection, are not what is checked
+    cfg = tiny_config(f"runtime.backend={backend}", "debug=true", "total_env_steps=64")
     AsyncTrainer(cfg, cfg.run_dir).run()
     err = capfd.readouterr().err
     assert "[mbpo debug] collector 0.0 runs as pid " in err

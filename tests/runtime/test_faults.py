@@ -47,9 +47,10 @@ def test_an_envs_broken_pipe_is_its_error_not_the_trainers_pipe(
 ) -> None:
     """A collector process took the env's BrokenPipeError for its own pipe to the trainer: it exited 0 without a
     word, and the run stopped on 'exited with code 0; its traceback is above' over no traceback. Every backend
-    reports it as the env's.
+    reports it as the env's. One collector: the faulty one (each Ray actor's start is seconds of CPU).
     """
-    cfg = tiny_config("runtime.max_restarts=0", "total_env_steps=100000", f"runtime.backend={every_backend}")
+    cfg = tiny_config("runtime.max_restarts=0", "runtime.num_collectors=1", "total_env_steps=100000",
+                      f"runtime.backend={every_backend}")
     trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=faulty("broken_pipe", {0}, at_step=50))
     with pytest.raises(CollectorFailure, match=r"BrokenPipeError.*the simulator's connection broke at step 50"):
         trainer.run()

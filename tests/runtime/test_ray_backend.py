@@ -24,6 +24,7 @@ from mbpo.runtime.proc_tree import alive, descendants
 from mbpo.trainers import AsyncTrainer
 from tests.conftest import WorkerRay
 from tests.runtime.conftest import faulty
+from tests.runtime.helper_process_env import Paced
 
 if TYPE_CHECKING:
     from mbpo.runtime.backends.ray import RayCollector
@@ -165,7 +166,8 @@ def test_a_private_ray_is_its_own_beside_another_ray_listens_on_loopback_only_an
         address = other.stdout.readline().strip()
         assert address, "the other Ray did not start"
         monkeypatch.setenv("RAY_ADDRESS", address)
-        cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2")
+        cfg = tiny_config("runtime.backend=ray", "agent.utd_ratio=2", "runtime.num_collectors=1",
+                          "total_env_steps=192")  # one actor: what is checked is the Ray's, not its actors
         trainer = AsyncTrainer(cfg, cfg.run_dir)
         ours = ray.get_runtime_context().gcs_address
         opened: list[dict[int, tuple[int, str, int]]] = []
@@ -186,7 +188,7 @@ def test_a_private_ray_is_its_own_beside_another_ray_listens_on_loopback_only_an
         assert ours != address and not ray.is_initialized()  # the run started its own and shut it down
         assert f"RAY_ADDRESS={address} is set, runtime.ray.address is not" in capsys.readouterr().err
         assert other.poll() is None  # the other Ray's driver is still there
-        assert row["env_steps"] == 384 and len(trainer.buffer) == 384
+        assert row["env_steps"] == 192 and len(trainer.buffer) == 192
         assert row["utd_ratio_realised"] == pytest.approx(2.0)
         assert opened[0] and all(is_loopback(address) for _, address, _ in opened[0].values()), opened[0]
         stop = {int(signal.SIGINT), int(signal.SIGTERM)}
@@ -269,7 +271,8 @@ def test_an_actor_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
 
 def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
     """Two raylets on this machine (1 CPU each), one collector on each; a node is removed once both have
-    delivered data, and the run goes on with that collector restarted on the remaining node.
+    delivered data, and the run goes on with that collector restarted on the remaining node. Paced envs: the run
+    lasts as long as the replacement's start, not its step budget.
     """
     from ray.cluster_utils import Cluster
 
@@ -282,7 +285,7 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
         cluster.wait_for_nodes()
         cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={cluster.address}",
                           "runtime.ray.num_cpus_per_collector=0.5", "total_env_steps=100000")
-        trainer = AsyncTrainer(cfg, cfg.run_dir)
+        trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=Paced())
         nodes_seen: set[str] = set()
         ingest, removed, after = trainer._ingest, [], []
 
@@ -312,9 +315,10 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_a_ray_run_with_a_checkpoint(tmp_path: Path, signum: int, code: int) -> None:
+    # one actor: a stop is the trainer's, and what the group's signal must not reach is Ray's head processes
     proc = subprocess.Popen([sys.executable, "-m", "tests.runtime.process_run", str(tmp_path / "run"),
-                             "runtime.backend=ray", "total_env_steps=100000"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             "runtime.backend=ray", "runtime.num_collectors=1", "total_env_steps=100000"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "progress":
