@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
+from envs.faults import FaultyFactory
 from mbpo.config import Config
 from mbpo.runtime.collectors import CollectorBatch
 from mbpo.runtime.proc_tree import alive, descendants
 from mbpo.trainers import AsyncTrainer
 from tests.conftest import WorkerRay
 from tests.runtime.conftest import faulty
-from tests.runtime.helper_process_env import Paced
 
 if TYPE_CHECKING:
     from mbpo.runtime.backends.ray import RayCollector
@@ -271,8 +271,9 @@ def test_an_actor_imports_env_factory_by_name_and_builds_it_with_env_kwargs(
 
 def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Callable[..., Config]) -> None:
     """Two raylets on this machine (1 CPU each), one collector on each; a node is removed once both have
-    delivered data, and the run goes on with that collector restarted on the remaining node. Paced envs: the run
-    lasts as long as the replacement's start, not its step budget.
+    delivered data, and the run goes on with that collector restarted on the remaining node. Every env is a slow
+    one (20 ms a step, replacements too): the run lasts as long as the replacement's start, and without the pace
+    the collectors and the learner trained flat out meanwhile (thousands of updates no assertion reads).
     """
     from ray.cluster_utils import Cluster
 
@@ -285,7 +286,8 @@ def test_two_nodes_both_collect_and_the_run_survives_losing_one(tiny_config: Cal
         cluster.wait_for_nodes()
         cfg = tiny_config("runtime.backend=ray", f"runtime.ray.address={cluster.address}",
                           "runtime.ray.num_cpus_per_collector=0.5", "total_env_steps=100000")
-        trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=Paced())
+        paced = FaultyFactory("slow", (0, 1), at_step=1, every_incarnation=True, options={"delay_s": 0.02})
+        trainer = AsyncTrainer(cfg, cfg.run_dir, env_factory=paced)
         nodes_seen: set[str] = set()
         ingest, removed, after = trainer._ingest, [], []
 
