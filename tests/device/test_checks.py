@@ -16,6 +16,7 @@ import envs
 from envs.faults import FaultyEnv
 from mbpo import cli
 from mbpo.device.checks import HandoffError, check_transitions
+from tests.conftest import TRAINER_RUNS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,3 +106,23 @@ def test_the_debug_report_names_only_the_checks_the_run_makes() -> None:
     assert "model" not in dqn.replace("model.", "") and "elite" not in dqn
     mbpo = "\n".join(switches(2, "thread", model=True))
     assert "model rollouts -> model buffer" in mbpo and "elite indices" in mbpo and "Discrete" not in mbpo
+
+
+def test_debug_mode_stops_every_trainer_and_backend_at_the_hand_off_of_a_bad_action(
+        trainer_run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same guard on each trainer and backend: the bad action is named where it is handed over (the env's
+    batch on sync, the collector's on the others) and the run stops; none trains on it.
+    """
+    args = ["--debug", "train", "--config", "configs/cartpole_dqn.yaml", "env.id=FaultyCartPole-v0",
+            "env.factory=envs.faults:faulty", "env.kwargs={at_step: 3}", "total_env_steps=200", "eval_every=1000",
+            "agent.learning_starts=100", "agent.dqn.hidden_sizes=[16,16]", "device=cpu", "runtime.max_restarts=0",
+            "runtime.collection_batch_size=16", *TRAINER_RUNS[trainer_run], f"run_dir={tmp_path}"]
+    capsys.readouterr()
+    bad = r"action row \d+ is 2; the action space Discrete\(2\) allows \[0, 2\)"
+    if trainer_run == "sync":
+        with pytest.raises(HandoffError, match=rf"env -> replay buffer: {bad}"):
+            cli.main(args)
+        return
+    assert cli.main(args) == 1
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and re.search(rf"collector 0 failed; restart budget spent \(0/0\): .*{bad}", error[0]), error
